@@ -11,9 +11,10 @@ use crate::jute_record;
 
 jute_record! {
     /// `Id` (data): an authentication scheme and identity, e.g. `digest` / `user:hash`.
+    /// `id` may be null: kazoo sends `auth:` with a null id.
     pub struct Id("Id") {
         scheme: String,
-        id: String,
+        id: Option<String>,
     }
 
     /// `ACL` (data): permission bits (see [`crate::perms`]) granted to an [`Id`].
@@ -167,7 +168,7 @@ jute_record! {
     pub struct CreateRequest("CreateRequest") {
         path: String,
         data: Option<Bytes>,
-        acl: Vec<Acl>,
+        acl: Option<Vec<Acl>>,
         flags: i32,
     }
 
@@ -175,7 +176,7 @@ jute_record! {
     pub struct CreateTtlRequest("CreateTTLRequest") {
         path: String,
         data: Option<Bytes>,
-        acl: Vec<Acl>,
+        acl: Option<Vec<Acl>>,
         flags: i32,
         ttl: i64,
     }
@@ -227,7 +228,7 @@ jute_record! {
     /// `SetACLRequest`; `version` is compared with the node's `aversion`.
     pub struct SetAclRequest("SetACLRequest") {
         path: String,
-        acl: Vec<Acl>,
+        acl: Option<Vec<Acl>>,
         version: i32,
     }
 

@@ -15,6 +15,7 @@
 //! | `Bytes`          | `buffer`                          | read as empty         |
 //! | `Option<Bytes>`  | `buffer`                          | `None`                |
 //! | `Vec<T>`         | `vector<T>`                       | read as empty         |
+//! | `Option<Vec<T>>` | `vector<T>`                       | `None`                |
 //! | a record         | nested record                     | —                     |
 //!
 //! Fields whose null is meaningful in ZooKeeper (znode data, reconfig strings) use `Option`, so
@@ -186,6 +187,28 @@ impl<T: JuteField> JuteField for Vec<T> {
     const MIN_LEN: usize = 4;
 }
 
+/// A `vector<T>` whose null (`-1`) is kept distinct from empty (ACL lists: ZooKeeper answers a
+/// null ACL with `InvalidACL`).
+impl<T: JuteField> JuteField for Option<Vec<T>> {
+    fn decode_field(input: &[u8]) -> IResult<'_, Self> {
+        if input.len() >= 4 && input[..4] == [0xff, 0xff, 0xff, 0xff] {
+            return Ok((&input[4..], None));
+        }
+        let (rest, v) = Vec::<T>::decode_field(input)?;
+        Ok((rest, Some(v)))
+    }
+    fn encode_field(&self, buf: &mut BytesMut) {
+        match self {
+            Some(v) => v.encode_field(buf),
+            None => primitives::put_length(buf, None),
+        }
+    }
+    fn field_len(&self) -> usize {
+        self.as_ref().map_or(4, JuteField::field_len)
+    }
+    const MIN_LEN: usize = 4;
+}
+
 /// The optional trailing `boolean` of `ConnectRequest`/`ConnectResponse`: present iff bytes
 /// remain in the frame (ZooKeeper's `ProtocolManager`). Only meaningful as a record's last field.
 impl JuteField for Option<bool> {
@@ -248,6 +271,11 @@ pub mod strategy {
             proptest::option::of(Bytes::strategy()).boxed()
         }
     }
+    impl<T: FieldStrategy + 'static> FieldStrategy for Option<Vec<T>> {
+        fn strategy() -> BoxedStrategy<Self> {
+            proptest::option::of(Vec::<T>::strategy()).boxed()
+        }
+    }
     impl<T: FieldStrategy + 'static> FieldStrategy for Vec<T> {
         fn strategy() -> BoxedStrategy<Self> {
             proptest::collection::vec(T::strategy(), 0..4).boxed()
@@ -268,6 +296,7 @@ macro_rules! jute_record {
     )+) => {$(
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq, Eq, Default)]
+        #[cfg_attr(feature = "serde", derive(::serde::Serialize, ::serde::Deserialize))]
         pub struct $name {
             $( $(#[$fmeta])* pub $field: $ty, )+
         }
