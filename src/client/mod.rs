@@ -1,0 +1,348 @@
+//! The client port: the accept loop with per-address connection limits, and one task per
+//! connection running the handshake, the request loop and one ordered outbound stream.
+//! Counterpart of ZooKeeper's `NIOServerCnxnFactory`/`NIOServerCnxn`.
+//!
+//! Ordering rules kept here:
+//! - replies leave in request order (a `FuturesOrdered` of per-request jobs);
+//! - a read waits for the same session's earlier writes to be applied;
+//! - before a reply is written, every queued watch event with a zxid at or below the reply's
+//!   is written, so a client sees a watch event before any reply that reflects its change.
+//!
+//! This module sees only the [`Dispatcher`], never the tree or Raft.
+
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
+use futures::FutureExt;
+use futures::SinkExt;
+use futures::StreamExt;
+use jute::ClientMessage;
+use jute::ConnectResponse;
+use jute::ErrorCode;
+use jute::ReplyHeader;
+use jute::Request;
+use jute::Response;
+use jute::ServerCodec;
+use jute::ServerMessage;
+use rand::RngCore;
+use tokio::net::TcpListener;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::sync::oneshot;
+use tokio_util::codec::FramedRead;
+use tokio_util::codec::FramedWrite;
+
+use crate::dispatch::Caller;
+use crate::dispatch::Dispatcher;
+use crate::dispatch::Prepped;
+use crate::dispatch::Reply;
+use crate::tree::acl::AuthId;
+use crate::txn::TxnOp;
+use crate::watch::Event;
+
+/// How long a fresh connection may take to send its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections per client address (`maxClientCnxns`).
+#[derive(Default)]
+struct PerAddress {
+    counts: Mutex<HashMap<IpAddr, usize>>,
+}
+
+struct Slot<'a> {
+    owner: &'a PerAddress,
+    addr: IpAddr,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut m = self.owner.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = m.get_mut(&self.addr) {
+            *c -= 1;
+            if *c == 0 {
+                m.remove(&self.addr);
+            }
+        }
+    }
+}
+
+impl PerAddress {
+    fn take(&self, addr: IpAddr, max: usize) -> Option<Slot<'_>> {
+        let mut m = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let c = m.entry(addr).or_insert(0);
+        if max != 0 && *c >= max {
+            return None;
+        }
+        *c += 1;
+        Some(Slot { owner: self, addr })
+    }
+}
+
+/// Accepts client connections until `shutdown` fires.
+pub async fn listen(listener: TcpListener, dispatcher: Dispatcher, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let limits = Arc::new(PerAddress::default());
+    let next_conn = Arc::new(AtomicU64::new(1));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let d = dispatcher.clone();
+        let limits = limits.clone();
+        let conn_id = next_conn.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let Some(_slot) = limits.take(peer.ip(), d.config.max_client_cnxns) else {
+                tracing::warn!(%peer, max = d.config.max_client_cnxns, "too many connections from this address");
+                return;
+            };
+            let _ = stream.set_nodelay(true);
+            serve(stream, peer, d, conn_id).await;
+        });
+    }
+}
+
+type Job = BoxFuture<'static, (i32, Reply, bool)>;
+
+fn expired_response(read_only: Option<bool>) -> ServerMessage {
+    ServerMessage::Connect(ConnectResponse {
+        protocol_version: 0,
+        time_out: 0,
+        session_id: 0,
+        passwd: Bytes::from_static(&[0; 16]),
+        read_only: read_only.map(|_| false),
+    })
+}
+
+fn notification(e: Event) -> ServerMessage {
+    ServerMessage::Reply {
+        header: ReplyHeader { xid: -1, zxid: e.zxid, err: 0 },
+        response: Response::Notification(e.event),
+    }
+}
+
+/// One client connection.
+async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64) {
+    let max = d.config.max_buffer;
+    let (rd, wr) = stream.into_split();
+    let mut reader = FramedRead::new(rd, ServerCodec::new(max));
+    let mut writer = FramedWrite::new(wr, ServerCodec::new(max));
+
+    let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.next()).await {
+        Ok(Some(Ok(m))) => m,
+        Ok(Some(Err(e))) => {
+            tracing::debug!(%peer, error = %e, "bad first frame; closing");
+            return;
+        }
+        _ => return,
+    };
+    let req = match first {
+        ClientMessage::FourLetterWord { word, .. } => {
+            let text = crate::admin::four_letter(&d, &word);
+            let _ = writer.send(ServerMessage::Raw(Bytes::from(text))).await;
+            return;
+        }
+        ClientMessage::Connect(req) => req,
+        _ => return,
+    };
+
+    // ZooKeeperServer.processConnectRequest: never serve a client that has seen newer state.
+    let last_zxid = d.last_zxid();
+    if req.last_zxid_seen > last_zxid {
+        tracing::info!(%peer, client = req.last_zxid_seen, server = last_zxid, "client is ahead of this server; closing");
+        return;
+    }
+    let timeout = d.config.negotiate_timeout(req.time_out);
+    let ip = AuthId { scheme: "ip".into(), id: peer.ip().to_string() };
+    let (session_id, passwd) = if req.session_id == 0 {
+        let id = d.sessions.next_id();
+        let mut pw = [0u8; 16];
+        rand::rng().fill_bytes(&mut pw);
+        let passwd = Bytes::copy_from_slice(&pw);
+        let caller = Caller { session_id: id, auth: vec![ip.clone()] };
+        let txn = d.txn(&caller, TxnOp::CreateSession { session_id: id, timeout_ms: timeout, passwd: passwd.clone() });
+        match d.propose(txn).await {
+            Ok(r) if r.outcome.is_ok() => (id, passwd),
+            other => {
+                tracing::warn!(%peer, ?other, "session creation failed");
+                return;
+            }
+        }
+    } else {
+        let known = d.shared.read().session(req.session_id).map(|s| s.passwd.clone());
+        match known {
+            Some(pw) if pw == req.passwd => (req.session_id, pw),
+            _ => {
+                let _ = writer.send(expired_response(req.read_only)).await;
+                return;
+            }
+        }
+    };
+    let (close_tx, mut close_rx) = oneshot::channel();
+    d.sessions.attach(session_id, timeout, conn_id, close_tx);
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    d.watches.connect(session_id, ev_tx.clone());
+    let resp = ConnectResponse {
+        protocol_version: 0,
+        time_out: timeout,
+        session_id,
+        passwd,
+        read_only: req.read_only.map(|_| false),
+    };
+    if writer.send(ServerMessage::Connect(resp)).await.is_err() {
+        d.watches.disconnect(session_id, &ev_tx);
+        d.sessions.detach(session_id, conn_id);
+        return;
+    }
+    tracing::debug!(%peer, session = format_args!("{session_id:#x}"), timeout, "session established");
+
+    let mut caller = Caller { session_id, auth: vec![ip] };
+    let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
+    let (done_tx, _) = tokio::sync::watch::channel(0u64);
+    let done_tx = Arc::new(done_tx);
+    let mut submitted = 0u64;
+    let mut events: VecDeque<Event> = VecDeque::new();
+    let mut reading = true;
+
+    loop {
+        tokio::select! {
+            biased;
+            Some((xid, reply, close)) = jobs.next() => {
+                while let Ok(e) = ev_rx.try_recv() {
+                    events.push_back(e);
+                }
+                while events.front().is_some_and(|e| e.zxid <= reply.zxid) {
+                    let Some(e) = events.pop_front() else { break };
+                    if writer.feed(notification(e)).await.is_err() {
+                        break;
+                    }
+                }
+                let msg = ServerMessage::Reply {
+                    header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
+                    response: reply.response,
+                };
+                if writer.send(msg).await.is_err() || close {
+                    break;
+                }
+            }
+            Some(e) = ev_rx.recv() => {
+                events.push_back(e);
+                while let Some(e) = events.pop_front() {
+                    if writer.feed(notification(e)).await.is_err() {
+                        break;
+                    }
+                }
+                if writer.flush().await.is_err() {
+                    break;
+                }
+            }
+            _ = &mut close_rx => break,
+            frame = reader.next(), if reading => {
+                let (header, request) = match frame {
+                    Some(Ok(ClientMessage::Request { header, request })) => (header, request),
+                    Some(Ok(ClientMessage::Malformed(m))) => {
+                        tracing::debug!(%peer, error = %m, "malformed request");
+                        let code = match m.error.kind {
+                            jute::DecodeErrorKind::UnknownValue { .. } if m.error.field == "type" => ErrorCode::Unimplemented,
+                            _ => ErrorCode::MarshallingError,
+                        };
+                        let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
+                        jobs.push_back(futures::future::ready((m.header.xid, reply, false)).boxed());
+                        continue;
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "closing connection");
+                        break;
+                    }
+                    _ => break,
+                };
+                d.sessions.touch(session_id);
+                let xid = header.xid;
+                if let Request::Auth(a) = &request {
+                    match d.authenticate(&a.scheme, &a.auth) {
+                        Ok(ids) => {
+                            for id in ids {
+                                if !caller.auth.contains(&id) {
+                                    caller.auth.push(id);
+                                }
+                            }
+                            let reply = Reply { zxid: d.last_zxid(), err: ErrorCode::Ok, response: Response::Empty };
+                            jobs.push_back(futures::future::ready((xid, reply, false)).boxed());
+                        }
+                        Err(code) => {
+                            // ZooKeeper answers AuthFailed and closes the connection.
+                            let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
+                            jobs.push_back(futures::future::ready((xid, reply, true)).boxed());
+                            reading = false;
+                        }
+                    }
+                    continue;
+                }
+                match d.prep(&caller, &request) {
+                    Prepped::Refuse(code) => {
+                        let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
+                        jobs.push_back(futures::future::ready((xid, reply, false)).boxed());
+                    }
+                    Prepped::Read => {
+                        if *done_tx.borrow() >= submitted {
+                            let reply = d.read(&caller, &request);
+                            jobs.push_back(futures::future::ready((xid, reply, false)).boxed());
+                        } else {
+                            let target = submitted;
+                            let mut rx = done_tx.subscribe();
+                            let d2 = d.clone();
+                            let c2 = caller.clone();
+                            jobs.push_back(
+                                async move {
+                                    let _ = rx.wait_for(|v| *v >= target).await;
+                                    (xid, d2.read(&c2, &request), false)
+                                }
+                                .boxed(),
+                            );
+                        }
+                    }
+                    Prepped::Write(txn, op) => {
+                        submitted += 1;
+                        let close = op == jute::OpCode::CloseSession;
+                        if close {
+                            reading = false;
+                        }
+                        let d2 = d.clone();
+                        let done = done_tx.clone();
+                        jobs.push_back(
+                            async move {
+                                let result = d2.propose(txn).await;
+                                done.send_modify(|v| *v += 1);
+                                let mut reply = d2.write_reply(op, result);
+                                d2.shape_multi(&request, &mut reply);
+                                (xid, reply, close)
+                            }
+                            .boxed(),
+                        );
+                    }
+                }
+            }
+            else => break,
+        }
+    }
+    d.watches.disconnect(session_id, &ev_tx);
+    d.sessions.detach(session_id, conn_id);
+}

@@ -1,0 +1,270 @@
+//! zoo.cfg and command-line flags into one validated [`Config`]; every default lives here.
+//!
+//! Keys are spelled as ZooKeeper spells them. Keys ZooKeeper takes as `zookeeper.*` system
+//! properties (`4lw.commands.whitelist`, `extendedTypesEnabled`,
+//! `DigestAuthenticationProvider.superDigest`, ...) are accepted with or without the
+//! `zookeeper.` prefix. Unknown keys are logged and ignored, as ZooKeeper does. A bad value
+//! stops start-up with an error naming the key and the value.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+use std::path::PathBuf;
+
+/// A configuration error: which key, which value, why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}:{line}: expected key=value, found {text:?}")]
+    Syntax { path: String, line: usize, text: String },
+    #[error("invalid value for {key}: {value:?} ({why})")]
+    Value { key: String, value: String, why: String },
+}
+
+/// The server's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub tick_time_ms: u32,
+    pub data_dir: PathBuf,
+    pub data_log_dir: PathBuf,
+    pub client_port: u16,
+    pub client_port_address: IpAddr,
+    /// Max concurrent connections per client IP; 0 = unlimited.
+    pub max_client_cnxns: usize,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub snap_count: u64,
+    pub autopurge_snap_retain_count: u32,
+    pub autopurge_purge_interval_h: u32,
+    /// `None` = every word ("*").
+    pub four_letter_whitelist: Option<Vec<String>>,
+    pub admin_enable: bool,
+    pub admin_address: IpAddr,
+    pub admin_port: u16,
+    pub metrics_enable: bool,
+    pub metrics_host: IpAddr,
+    pub metrics_port: u16,
+    pub extended_types_enabled: bool,
+    pub max_buffer: usize,
+    /// `super:<base64 sha1>`.
+    pub super_digest: Option<String>,
+    /// How often containers and TTL nodes are checked (ZooKeeper: 60 s).
+    pub container_check_interval_ms: u64,
+    pub server_id: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let tick = 3000;
+        Config {
+            tick_time_ms: tick,
+            data_dir: PathBuf::from("warden-data"),
+            data_log_dir: PathBuf::from("warden-data"),
+            client_port: 2181,
+            client_port_address: IpAddr::from([127, 0, 0, 1]),
+            max_client_cnxns: 60,
+            min_session_timeout_ms: 2 * tick as i32,
+            max_session_timeout_ms: 20 * tick as i32,
+            snap_count: 100_000,
+            autopurge_snap_retain_count: 3,
+            autopurge_purge_interval_h: 0,
+            four_letter_whitelist: Some(vec!["srvr".into()]),
+            admin_enable: false,
+            admin_address: IpAddr::from([127, 0, 0, 1]),
+            admin_port: 8080,
+            metrics_enable: true,
+            metrics_host: IpAddr::from([127, 0, 0, 1]),
+            metrics_port: 7000,
+            extended_types_enabled: false,
+            max_buffer: jute::DEFAULT_MAX_FRAME,
+            super_digest: None,
+            container_check_interval_ms: 1000,
+            server_id: 1,
+        }
+    }
+}
+
+fn bad(key: &str, value: &str, why: impl Into<String>) -> ConfigError {
+    ConfigError::Value { key: key.into(), value: value.into(), why: why.into() }
+}
+
+fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.trim().parse::<T>().map_err(|e| bad(key, value, e.to_string()))
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Ok(true),
+        "false" | "no" | "0" => Ok(false),
+        _ => Err(bad(key, value, "expected true or false")),
+    }
+}
+
+/// Reads `key=value` lines (`#` comments, blank lines) as ZooKeeper's Properties loader does.
+pub fn read_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: p.clone(), source })?;
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=').or_else(|| line.split_once(':')) else {
+            return Err(ConfigError::Syntax { path: p, line: i + 1, text: line.into() });
+        };
+        out.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    Ok(out)
+}
+
+impl Config {
+    /// Applies zoo.cfg properties over the defaults.
+    pub fn from_properties(props: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        let mut min_set = None;
+        let mut max_set = None;
+        let mut data_log_set = false;
+        for (raw_key, value) in props {
+            let key = raw_key.strip_prefix("zookeeper.").unwrap_or(raw_key);
+            match key {
+                "tickTime" => {
+                    c.tick_time_ms = parse(raw_key, value)?;
+                    if c.tick_time_ms == 0 {
+                        return Err(bad(raw_key, value, "must be positive"));
+                    }
+                }
+                "dataDir" => c.data_dir = PathBuf::from(value),
+                "dataLogDir" => {
+                    c.data_log_dir = PathBuf::from(value);
+                    data_log_set = true;
+                }
+                "clientPort" => c.client_port = parse(raw_key, value)?,
+                "clientPortAddress" => c.client_port_address = parse(raw_key, value)?,
+                "maxClientCnxns" => c.max_client_cnxns = parse(raw_key, value)?,
+                "minSessionTimeout" => min_set = Some(parse::<i32>(raw_key, value)?),
+                "maxSessionTimeout" => max_set = Some(parse::<i32>(raw_key, value)?),
+                "snapCount" => {
+                    c.snap_count = parse(raw_key, value)?;
+                    if c.snap_count < 2 {
+                        return Err(bad(raw_key, value, "must be at least 2"));
+                    }
+                }
+                "autopurge.snapRetainCount" => c.autopurge_snap_retain_count = parse(raw_key, value)?,
+                "autopurge.purgeInterval" => c.autopurge_purge_interval_h = parse(raw_key, value)?,
+                "4lw.commands.whitelist" => {
+                    let words: Vec<String> =
+                        value.split(',').map(|w| w.trim().to_owned()).filter(|w| !w.is_empty()).collect();
+                    c.four_letter_whitelist = if words.iter().any(|w| w == "*") { None } else { Some(words) };
+                }
+                "admin.enableServer" => c.admin_enable = parse_bool(raw_key, value)?,
+                "admin.serverAddress" => c.admin_address = parse(raw_key, value)?,
+                "admin.serverPort" => c.admin_port = parse(raw_key, value)?,
+                "metricsProvider.className" => {
+                    c.metrics_enable = value.contains("PrometheusMetricsProvider");
+                }
+                "metricsProvider.httpHost" => c.metrics_host = parse(raw_key, value)?,
+                "metricsProvider.httpPort" => c.metrics_port = parse(raw_key, value)?,
+                "extendedTypesEnabled" => c.extended_types_enabled = parse_bool(raw_key, value)?,
+                "jute.maxbuffer" => {
+                    c.max_buffer = parse(raw_key, value)?;
+                    if c.max_buffer < 1024 {
+                        return Err(bad(raw_key, value, "must be at least 1024"));
+                    }
+                }
+                "DigestAuthenticationProvider.superDigest" => {
+                    if !value.contains(':') {
+                        return Err(bad(raw_key, value, "expected user:base64(sha1(user:password))"));
+                    }
+                    c.super_digest = Some(value.clone());
+                }
+                "znode.container.checkIntervalMs" => c.container_check_interval_ms = parse(raw_key, value)?,
+                "initLimit"
+                | "syncLimit"
+                | "electionAlg"
+                | "standaloneEnabled"
+                | "reconfigEnabled"
+                | "admin.idleTimeout"
+                | "admin.commandURL"
+                | "metricsProvider.exportJvmInfo"
+                | "forceSync"
+                | "preAllocSize"
+                | "globalOutstandingLimit"
+                | "clientPortListenBacklog" => {
+                    tracing::debug!(key = raw_key.as_str(), "accepted and not used by Warden");
+                }
+                _ => {
+                    tracing::warn!(key = raw_key.as_str(), value = value.as_str(), "unknown configuration key ignored")
+                }
+            }
+        }
+        if !data_log_set {
+            c.data_log_dir = c.data_dir.clone();
+        }
+        let tick = c.tick_time_ms as i32;
+        c.min_session_timeout_ms = match min_set {
+            Some(v) if v > 0 => v,
+            _ => 2 * tick,
+        };
+        c.max_session_timeout_ms = match max_set {
+            Some(v) if v > 0 => v,
+            _ => 20 * tick,
+        };
+        if c.min_session_timeout_ms > c.max_session_timeout_ms {
+            return Err(bad(
+                "minSessionTimeout",
+                &c.min_session_timeout_ms.to_string(),
+                format!("must not exceed maxSessionTimeout ({})", c.max_session_timeout_ms),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The negotiated session timeout for a requested one.
+    pub fn negotiate_timeout(&self, requested: i32) -> i32 {
+        requested.clamp(self.min_session_timeout_ms, self.max_session_timeout_ms)
+    }
+
+    /// Whether a four-letter word may run.
+    pub fn four_letter_allowed(&self, word: &str) -> bool {
+        // `srvr` is always allowed: zkServer.sh status depends on it.
+        word == "srvr" || self.four_letter_whitelist.as_ref().is_none_or(|w| w.iter().any(|x| x == word))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_follow_tick_time() {
+        let c = Config::from_properties(&props(&[("tickTime", "2000"), ("dataDir", "/tmp/x")])).unwrap();
+        assert_eq!((c.min_session_timeout_ms, c.max_session_timeout_ms), (4000, 40000));
+        assert_eq!(c.data_log_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.negotiate_timeout(100), 4000);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let err = Config::from_properties(&props(&[("clientPort", "abc")])).unwrap_err().to_string();
+        assert!(err.contains("clientPort") && err.contains("abc"), "{err}");
+        let err = Config::from_properties(&props(&[("zookeeper.extendedTypesEnabled", "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("extendedTypesEnabled"));
+    }
+
+    #[test]
+    fn whitelist() {
+        let c = Config::from_properties(&props(&[("4lw.commands.whitelist", "ruok, mntr")])).unwrap();
+        assert!(c.four_letter_allowed("ruok") && c.four_letter_allowed("srvr") && !c.four_letter_allowed("dump"));
+        let c = Config::from_properties(&props(&[("4lw.commands.whitelist", "*")])).unwrap();
+        assert!(c.four_letter_allowed("dump"));
+    }
+}

@@ -1,0 +1,436 @@
+//! ZooKeeper's request pipeline, by its own names:
+//! - **prep** ([`Dispatcher::prep`], `PrepRequestProcessor`): classifies each typed request as
+//!   a local read or a replicated write (the one read/write table), checks what ZooKeeper checks
+//!   before its log (create mode flags, TTL support and range), and stamps time and the
+//!   caller's identities into the [`Txn`].
+//! - **propose** ([`Dispatcher::propose`]): `client_write` through Raft; returns once the entry
+//!   is applied here.
+//! - **reads** ([`Dispatcher::read`], `FinalRequestProcessor` for reads): served from the local
+//!   tree; watches are registered under the same tree lock the read used.
+//! - **reply** ([`error_code`], [`Dispatcher::write_reply`]): the one place internal errors
+//!   become ZooKeeper error codes.
+//!
+//! The client module sees only this handle, never the tree or the Raft handle.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use jute::AddWatchMode;
+use jute::CreateMode;
+use jute::ErrorCode;
+use jute::MultiOp;
+use jute::MultiResult;
+use jute::OpCode;
+use jute::Request;
+use jute::Response;
+
+use crate::config::Config;
+use crate::raft::state_machine::SharedTree;
+use crate::raft::Raft;
+use crate::session::SessionTracker;
+use crate::tree::acl::AclEntry;
+use crate::tree::acl::AuthId;
+use crate::tree::TreeError;
+use crate::tree::MAX_TTL_MS;
+use crate::txn::CreateOp;
+use crate::txn::OpResult;
+use crate::txn::Txn;
+use crate::txn::TxnOp;
+use crate::txn::TxnOutput;
+use crate::txn::TxnResult;
+use crate::watch::Mode;
+use crate::watch::Table;
+use crate::watch::WatchManager;
+
+/// A reply ready to be framed: zxid, error code and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub zxid: i64,
+    pub err: ErrorCode,
+    pub response: Response,
+}
+
+impl Reply {
+    fn error(zxid: i64, err: ErrorCode) -> Reply {
+        Reply { zxid, err, response: Response::Empty }
+    }
+}
+
+/// The caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub session_id: i64,
+    /// Identities: `ip:<addr>` first, then those added by `addauth`.
+    pub auth: Vec<AuthId>,
+}
+
+/// What prep decided.
+pub enum Prepped {
+    /// Answer now, from the local tree (after the session's earlier writes).
+    Read,
+    /// Replicate this txn, then answer with [`Dispatcher::write_reply`] for `op`.
+    Write(Txn, OpCode),
+    /// Answer with this at once (a request refused before the log).
+    Refuse(ErrorCode),
+}
+
+/// Why a proposal did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// The one mapping from internal errors to ZooKeeper error codes.
+pub fn error_code(e: TreeError) -> ErrorCode {
+    match e {
+        TreeError::NoNode => ErrorCode::NoNode,
+        TreeError::NodeExists => ErrorCode::NodeExists,
+        TreeError::BadVersion => ErrorCode::BadVersion,
+        TreeError::NotEmpty => ErrorCode::NotEmpty,
+        TreeError::NoAuth => ErrorCode::NoAuth,
+        TreeError::InvalidAcl => ErrorCode::InvalidAcl,
+        TreeError::BadArguments => ErrorCode::BadArguments,
+        TreeError::NoChildrenForEphemerals => ErrorCode::NoChildrenForEphemerals,
+        TreeError::SessionExpired => ErrorCode::SessionExpired,
+        TreeError::RuntimeInconsistency => ErrorCode::RuntimeInconsistency,
+        TreeError::Unimplemented => ErrorCode::Unimplemented,
+    }
+}
+
+/// A proposal failure as the client sees it: the connection is in doubt.
+pub fn propose_error_code(_e: &ProposeError) -> ErrorCode {
+    ErrorCode::ConnectionLoss
+}
+
+fn acl_of(acl: &Option<Vec<jute::Acl>>) -> Vec<AclEntry> {
+    acl.as_ref().map(|v| v.iter().map(AclEntry::from).collect()).unwrap_or_default()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The pipeline handle shared by every connection.
+#[derive(Clone)]
+pub struct Dispatcher {
+    pub raft: Raft,
+    pub shared: Arc<SharedTree>,
+    pub watches: Arc<WatchManager>,
+    pub sessions: Arc<SessionTracker>,
+    pub config: Arc<Config>,
+}
+
+impl Dispatcher {
+    /// The zxid of the last applied change (reads and pings reply with it).
+    pub fn last_zxid(&self) -> i64 {
+        self.shared.read().last_zxid()
+    }
+
+    /// A txn on behalf of `caller`.
+    pub fn txn(&self, caller: &Caller, op: TxnOp) -> Txn {
+        Txn { session_id: caller.session_id, time_ms: now_ms(), auth: caller.auth.clone(), op }
+    }
+
+    /// Validates a create as `PrepRequestProcessor.validateCreateRequest` does, into a txn op.
+    fn prep_create(&self, req: &jute::CreateRequest, ttl: i64, ttl_op: bool) -> Result<TxnOp, ErrorCode> {
+        let mode = CreateMode::try_from(req.flags).map_err(|_| ErrorCode::BadArguments)?;
+        if mode.is_ttl() && !self.config.extended_types_enabled {
+            return Err(ErrorCode::Unimplemented);
+        }
+        // EphemeralType.validateTTL.
+        if mode.is_ttl() {
+            if ttl <= 0 || ttl > MAX_TTL_MS {
+                return Err(ErrorCode::BadArguments);
+            }
+        } else if ttl_op && ttl >= 0 {
+            return Err(ErrorCode::BadArguments);
+        }
+        Ok(TxnOp::Create(CreateOp {
+            path: req.path.clone(),
+            data: req.data.clone(),
+            acl: acl_of(&req.acl),
+            flags: req.flags,
+            ttl: if mode.is_ttl() { ttl } else { -1 },
+        }))
+    }
+
+    fn prep_multi_op(&self, op: &MultiOp) -> Result<TxnOp, ErrorCode> {
+        Ok(match op {
+            MultiOp::Create(r) | MultiOp::Create2(r) => self.prep_create(r, -1, false)?,
+            MultiOp::CreateContainer(r) => {
+                let mut r = r.clone();
+                r.flags = CreateMode::Container.code();
+                self.prep_create(&r, -1, false)?
+            }
+            MultiOp::CreateTtl(r) => {
+                let c = jute::CreateRequest {
+                    path: r.path.clone(),
+                    data: r.data.clone(),
+                    acl: r.acl.clone(),
+                    flags: r.flags,
+                };
+                self.prep_create(&c, r.ttl, true)?
+            }
+            MultiOp::Delete(r) => TxnOp::Delete { path: r.path.clone(), version: r.version },
+            MultiOp::SetData(r) => TxnOp::SetData { path: r.path.clone(), data: r.data.clone(), version: r.version },
+            MultiOp::Check(r) => TxnOp::Check { path: r.path.clone(), version: r.version },
+            MultiOp::GetChildren(_) | MultiOp::GetData(_) => return Err(ErrorCode::BadArguments),
+        })
+    }
+
+    /// Prep: the one read/write classification table.
+    pub fn prep(&self, caller: &Caller, request: &Request) -> Prepped {
+        let write = |op: Result<TxnOp, ErrorCode>, code: OpCode| match op {
+            Ok(op) => Prepped::Write(self.txn(caller, op), code),
+            Err(e) => Prepped::Refuse(e),
+        };
+        match request {
+            Request::Create(r) => write(self.prep_create(r, -1, false), OpCode::Create),
+            Request::Create2(r) => write(self.prep_create(r, -1, false), OpCode::Create2),
+            Request::CreateContainer(r) => {
+                if r.flags != CreateMode::Container.code() {
+                    return Prepped::Refuse(ErrorCode::BadArguments);
+                }
+                write(self.prep_create(r, -1, false), OpCode::CreateContainer)
+            }
+            Request::CreateTtl(r) => {
+                let c = jute::CreateRequest {
+                    path: r.path.clone(),
+                    data: r.data.clone(),
+                    acl: r.acl.clone(),
+                    flags: r.flags,
+                };
+                write(self.prep_create(&c, r.ttl, true), OpCode::CreateTtl)
+            }
+            Request::Delete(r) => write(Ok(TxnOp::Delete { path: r.path.clone(), version: r.version }), OpCode::Delete),
+            Request::SetData(r) => write(
+                Ok(TxnOp::SetData { path: r.path.clone(), data: r.data.clone(), version: r.version }),
+                OpCode::SetData,
+            ),
+            Request::SetAcl(r) => write(
+                Ok(TxnOp::SetAcl { path: r.path.clone(), acl: acl_of(&r.acl), version: r.version }),
+                OpCode::SetAcl,
+            ),
+            Request::Check(r) => write(Ok(TxnOp::Check { path: r.path.clone(), version: r.version }), OpCode::Check),
+            Request::Multi(ops) => {
+                // Prep failures inside a multi are reported per op, like apply failures.
+                match ops.iter().map(|op| self.prep_multi_op(op)).collect::<Result<Vec<_>, _>>() {
+                    Ok(txn_ops) => Prepped::Write(self.txn(caller, TxnOp::Multi(txn_ops)), OpCode::Multi),
+                    Err(e) => Prepped::Refuse(e),
+                }
+            }
+            Request::CloseSession => {
+                write(Ok(TxnOp::CloseSession { session_id: caller.session_id }), OpCode::CloseSession)
+            }
+            Request::Reconfig(_) => Prepped::Refuse(ErrorCode::ReconfigDisabled),
+            Request::DeleteContainer(_) => Prepped::Refuse(ErrorCode::Unimplemented),
+            _ => Prepped::Read,
+        }
+    }
+
+    /// Propose: replicate `txn` and wait until it is applied here.
+    pub async fn propose(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
+        match self.raft.client_write(txn).await {
+            Ok(resp) => Ok(resp.data),
+            Err(e) => Err(ProposeError::Raft(e.to_string())),
+        }
+    }
+
+    /// Reply for a replicated write of opcode `op`.
+    pub fn write_reply(&self, op: OpCode, result: Result<TxnResult, ProposeError>) -> Reply {
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => return Reply::error(self.last_zxid(), propose_error_code(&e)),
+        };
+        let zxid = result.zxid;
+        let out = match result.outcome {
+            Ok(out) => out,
+            Err(e) => return Reply::error(zxid, error_code(e)),
+        };
+        let response = match (op, out) {
+            (OpCode::Create, TxnOutput::Created { path, .. }) => Response::Create(jute::CreateResponse { path }),
+            (OpCode::Create2 | OpCode::CreateContainer | OpCode::CreateTtl, TxnOutput::Created { path, stat }) => {
+                Response::Create2(jute::Create2Response { path, stat })
+            }
+            (OpCode::SetData, TxnOutput::Stat(stat)) => Response::SetData(jute::SetDataResponse { stat }),
+            (OpCode::SetAcl, TxnOutput::Stat(stat)) => Response::SetAcl(jute::SetAclResponse { stat }),
+            (OpCode::Check, TxnOutput::Checked(stat)) => Response::SetData(jute::SetDataResponse { stat }),
+            (OpCode::Multi, TxnOutput::Multi { results, .. }) => Response::Multi(
+                results
+                    .into_iter()
+                    .map(|r| match r {
+                        OpResult::Created { path, stat } => {
+                            MultiResult::Create2 { op: OpCode::Create2, response: jute::Create2Response { path, stat } }
+                        }
+                        OpResult::Deleted => MultiResult::Delete,
+                        OpResult::SetData { stat } => MultiResult::SetData(jute::SetDataResponse { stat }),
+                        OpResult::Checked => MultiResult::Check,
+                        OpResult::RolledBack => MultiResult::Error(0),
+                        OpResult::Error(e) => MultiResult::Error(error_code(e).code()),
+                    })
+                    .collect(),
+            ),
+            _ => Response::Empty,
+        };
+        Reply { zxid, err: ErrorCode::Ok, response }
+    }
+
+    /// Fixes the multi reply shape: ZooKeeper answers plain `create` ops inside a multi with a
+    /// path-only result.
+    pub fn shape_multi(&self, request: &Request, reply: &mut Reply) {
+        if let (Request::Multi(ops), Response::Multi(results)) = (request, &mut reply.response) {
+            for (op, r) in ops.iter().zip(results.iter_mut()) {
+                if let (MultiOp::Create(_), MultiResult::Create2 { response, .. }) = (op, &*r) {
+                    *r = MultiResult::Create(jute::CreateResponse { path: response.path.clone() });
+                }
+            }
+        }
+    }
+
+    /// Serves a read from the local tree; watches are registered under the same lock.
+    pub fn read(&self, caller: &Caller, request: &Request) -> Reply {
+        let tree = self.shared.read();
+        let zxid = tree.last_zxid();
+        let sid = caller.session_id;
+        let ids = &caller.auth;
+        let reply = |r: Result<Response, TreeError>| match r {
+            Ok(response) => Reply { zxid, err: ErrorCode::Ok, response },
+            Err(e) => Reply::error(zxid, error_code(e)),
+        };
+        match request {
+            Request::Ping => Reply { zxid, err: ErrorCode::Ok, response: Response::Empty },
+            Request::Exists(r) => {
+                if r.path.contains('\0') {
+                    return Reply::error(zxid, ErrorCode::BadArguments);
+                }
+                let res = tree.exists(&r.path);
+                if r.watch {
+                    // An exists watch is left even when the node is missing.
+                    self.watches.add(Table::Data, &r.path, sid, Mode::Standard);
+                }
+                reply(res.map(|stat| Response::Exists(jute::ExistsResponse { stat })))
+            }
+            Request::GetData(r) => {
+                let res = tree.get_data(&r.path, ids);
+                if r.watch && res.is_ok() {
+                    self.watches.add(Table::Data, &r.path, sid, Mode::Standard);
+                }
+                reply(res.map(|(data, stat)| Response::GetData(jute::GetDataResponse { data, stat })))
+            }
+            Request::GetChildren(r) => {
+                let res = tree.get_children(&r.path, ids);
+                if r.watch && res.is_ok() {
+                    self.watches.add(Table::Child, &r.path, sid, Mode::Standard);
+                }
+                reply(res.map(|(children, _)| Response::GetChildren(jute::GetChildrenResponse { children })))
+            }
+            Request::GetChildren2(r) => {
+                let res = tree.get_children(&r.path, ids);
+                if r.watch && res.is_ok() {
+                    self.watches.add(Table::Child, &r.path, sid, Mode::Standard);
+                }
+                reply(res.map(|(children, stat)| Response::GetChildren2(jute::GetChildren2Response { children, stat })))
+            }
+            Request::GetAcl(r) => reply(tree.get_acl(&r.path, ids).map(|(acl, stat)| {
+                Response::GetAcl(jute::GetAclResponse { acl: acl.iter().map(jute::Acl::from).collect(), stat })
+            })),
+            Request::GetAllChildrenNumber(r) => reply(tree.all_children_number(&r.path, ids).map(|total_number| {
+                Response::GetAllChildrenNumber(jute::GetAllChildrenNumberResponse { total_number })
+            })),
+            Request::GetEphemerals(r) => reply(Ok(Response::GetEphemerals(jute::GetEphemeralsResponse {
+                ephemerals: tree.ephemerals(sid, &r.prefix_path),
+            }))),
+            Request::Sync(r) => reply(Ok(Response::Sync(jute::SyncResponse { path: r.path.clone() }))),
+            Request::MultiRead(ops) => {
+                let results = ops
+                    .iter()
+                    .map(|op| match op {
+                        MultiOp::GetData(g) => match tree.get_data(&g.path, ids) {
+                            Ok((data, stat)) => MultiResult::GetData(jute::GetDataResponse { data, stat }),
+                            Err(e) => MultiResult::Error(error_code(e).code()),
+                        },
+                        MultiOp::GetChildren(g) => match tree.get_children(&g.path, ids) {
+                            Ok((children, _)) => MultiResult::GetChildren(jute::GetChildrenResponse { children }),
+                            Err(e) => MultiResult::Error(error_code(e).code()),
+                        },
+                        _ => MultiResult::Error(ErrorCode::BadArguments.code()),
+                    })
+                    .collect();
+                reply(Ok(Response::Multi(results)))
+            }
+            Request::AddWatch(r) => match AddWatchMode::try_from(r.mode) {
+                Ok(mode) => {
+                    self.watches.add_persistent(&r.path, sid, mode == AddWatchMode::PersistentRecursive);
+                    reply(Ok(Response::AddWatch(jute::ErrorResponse { err: 0 })))
+                }
+                Err(_) => Reply::error(zxid, ErrorCode::BadArguments),
+            },
+            Request::CheckWatches(r) => self.remove_watches(zxid, sid, &r.path, r.watcher_type, true),
+            Request::RemoveWatches(r) => self.remove_watches(zxid, sid, &r.path, r.watcher_type, false),
+            Request::SetWatches(w) => {
+                self.watches.set_watches(
+                    &tree,
+                    sid,
+                    w.relative_zxid,
+                    &w.data_watches,
+                    &w.exist_watches,
+                    &w.child_watches,
+                    &[],
+                    &[],
+                );
+                reply(Ok(Response::Empty))
+            }
+            Request::SetWatches2(w) => {
+                self.watches.set_watches(
+                    &tree,
+                    sid,
+                    w.relative_zxid,
+                    &w.data_watches,
+                    &w.exist_watches,
+                    &w.child_watches,
+                    &w.persistent_watches,
+                    &w.persistent_recursive_watches,
+                );
+                reply(Ok(Response::Empty))
+            }
+            Request::WhoAmI => reply(Ok(Response::WhoAmI(jute::WhoAmIResponse {
+                client_info: ids
+                    .iter()
+                    .map(|i| jute::ClientInfo { auth_scheme: i.scheme.clone(), user: i.id.clone() })
+                    .collect(),
+            }))),
+            Request::Sasl(_) => Reply::error(zxid, ErrorCode::AuthFailed),
+            // Writes never reach here; auth is handled by the connection.
+            _ => Reply::error(zxid, ErrorCode::Unimplemented),
+        }
+    }
+
+    fn remove_watches(&self, zxid: i64, sid: i64, path: &str, watcher_type: i32, dry_run: bool) -> Reply {
+        match jute::WatcherType::try_from(watcher_type) {
+            Ok(t) if self.watches.remove(sid, path, t, dry_run) => {
+                Reply { zxid, err: ErrorCode::Ok, response: Response::Empty }
+            }
+            Ok(_) => Reply::error(zxid, ErrorCode::NoWatcher),
+            Err(_) => Reply::error(zxid, ErrorCode::BadArguments),
+        }
+    }
+
+    /// `addauth`: returns the identities to add, or `AuthFailed`
+    /// (`DigestAuthenticationProvider.handleAuthentication`).
+    pub fn authenticate(&self, scheme: &str, auth: &Bytes) -> Result<Vec<AuthId>, ErrorCode> {
+        match scheme {
+            "digest" => {
+                let text = std::str::from_utf8(auth).map_err(|_| ErrorCode::AuthFailed)?;
+                let digest = crate::tree::acl::digest(text);
+                let mut ids = Vec::new();
+                if self.config.super_digest.as_deref() == Some(digest.as_str()) {
+                    ids.push(AuthId { scheme: "super".into(), id: String::new() });
+                }
+                ids.push(AuthId { scheme: "digest".into(), id: digest });
+                Ok(ids)
+            }
+            _ => Err(ErrorCode::AuthFailed),
+        }
+    }
+}

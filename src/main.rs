@@ -1,0 +1,73 @@
+//! `warden`: command line -> configuration -> `server::run`. No logic here.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use warden::config::Config;
+
+/// A ZooKeeper-wire-compatible coordination server.
+///
+/// With no arguments it serves on 127.0.0.1:2181 with its data in ./warden-data.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// A ZooKeeper zoo.cfg to read (tickTime, dataDir, clientPort, ...).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Overrides dataDir (and dataLogDir unless that is set).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Overrides clientPort.
+    #[arg(long)]
+    client_port: Option<u16>,
+    /// Overrides clientPortAddress.
+    #[arg(long)]
+    client_port_address: Option<std::net::IpAddr>,
+    /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
+    #[arg(long, default_value = "info,openraft=warn")]
+    log_level: String,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log_level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    let mut config = match &args.config {
+        Some(path) => match warden::config::read_properties(path).and_then(|p| Config::from_properties(&p)) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("warden: configuration error: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+        None => Config::default(),
+    };
+    if let Some(d) = args.data_dir {
+        if config.data_log_dir == config.data_dir {
+            config.data_log_dir = d.clone();
+        }
+        config.data_dir = d;
+    }
+    if let Some(p) = args.client_port {
+        config.client_port = p;
+    }
+    if let Some(a) = args.client_port_address {
+        config.client_port_address = a;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("warden: cannot start the runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(warden::server::run(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("warden: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

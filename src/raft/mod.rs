@@ -1,0 +1,46 @@
+//! openraft glue: the type configuration, the redb log store, the state machine (where zxids
+//! are assigned), and the network adapter.
+//!
+//! A standalone server is a one-member group built through exactly the same path as an
+//! ensemble member, so there is one write path. This module knows nothing of client
+//! connections; it reports applied changes through an [`state_machine::ApplyHook`].
+
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+
+use std::io::Cursor;
+
+use crate::txn::Txn;
+use crate::txn::TxnResult;
+
+openraft::declare_raft_types!(
+    /// Warden's Raft types: the log carries [`Txn`]s, apply returns [`TxnResult`]s.
+    pub TypeConfig:
+        D = Txn,
+        R = TxnResult,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// The Raft handle.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// openraft's error types, specialised (openraft's `typ` convention).
+pub mod typ {
+    use super::TypeConfig;
+
+    pub type RaftError<E = openraft::error::Infallible> = openraft::error::RaftError<u64, E>;
+    pub type ClientWriteError = openraft::error::ClientWriteError<u64, openraft::BasicNode>;
+    pub type StorageError = openraft::StorageError<u64>;
+    pub type Entry = openraft::Entry<TypeConfig>;
+}
+
+/// The zxid of a log entry: its index. Computed here and nowhere else, so zxids are strictly
+/// increasing in commit order and identical on every replica.
+pub fn zxid_of(log_id: &openraft::LogId<u64>) -> i64 {
+    log_id.index as i64
+}

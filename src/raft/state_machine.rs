@@ -1,0 +1,268 @@
+//! The Raft state machine: applies committed entries to the DataTree in log order, assigns
+//! each its zxid, and hands the resulting changes to the [`ApplyHook`] (the watch manager)
+//! while still holding the tree's write lock, so no read can observe a change before its
+//! watch events are queued.
+//!
+//! # Snapshots (`<dataDir>/snapshot-<term>-<index>.bin`)
+//! postcard encoding of [`SnapshotFile`]: the last applied log id, the membership and the whole
+//! tree. Built from an O(1) clone of the persistent tree, so apply never waits for a snapshot
+//! to be written. The newest file is loaded at start; older ones are removed after a new one
+//! is durable (fsynced and renamed into place).
+
+use std::io::Cursor;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::RwLock;
+
+use openraft::storage::RaftStateMachine;
+use openraft::storage::Snapshot;
+use openraft::AnyError;
+use openraft::EntryPayload;
+use openraft::LogId;
+use openraft::OptionalSend;
+use openraft::RaftSnapshotBuilder;
+use openraft::SnapshotMeta;
+use openraft::StorageIOError;
+use openraft::StoredMembership;
+use serde::Deserialize;
+use serde::Serialize;
+
+use super::typ::Entry;
+use super::typ::StorageError;
+use super::zxid_of;
+use super::TypeConfig;
+use crate::tree::Change;
+use crate::tree::DataTree;
+use crate::txn::TxnResult;
+
+/// Called for every applied entry with its zxid and changes, under the tree's write lock.
+pub trait ApplyHook: Send + Sync + 'static {
+    fn applied(&self, zxid: i64, session_id: i64, changes: &[Change]);
+}
+
+/// The tree shared between the state machine (writer) and client reads.
+pub struct SharedTree {
+    /// std `RwLock`: held only for the synchronous apply of one batch or one read, never
+    /// across an `.await`. Lock order: tree, then the watch manager inside the hook.
+    pub tree: RwLock<DataTree>,
+    /// Last applied zxid, for waiters (a client's read after its own write, sync).
+    pub applied: tokio::sync::watch::Sender<i64>,
+}
+
+impl SharedTree {
+    /// Reads the tree. A poisoned lock means an apply panicked: the process state is suspect,
+    /// and continuing with the data is still better than refusing every read.
+    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, DataTree> {
+        self.tree.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, DataTree> {
+        self.tree.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotFile {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, openraft::BasicNode>,
+    tree: DataTree,
+}
+
+fn sm_err(e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::write_state_machine(AnyError::new(&e)).into()
+}
+
+fn snap_err(e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::write_snapshot(None, AnyError::new(&e)).into()
+}
+
+/// The state machine.
+pub struct StateMachine {
+    shared: Arc<SharedTree>,
+    hook: Arc<dyn ApplyHook>,
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, openraft::BasicNode>,
+    dir: PathBuf,
+    current: Option<(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>)>,
+}
+
+fn snapshot_path(dir: &Path, log_id: &Option<LogId<u64>>) -> PathBuf {
+    let (term, index) = log_id.map_or((0, 0), |l| (l.leader_id.term, l.index));
+    dir.join(format!("snapshot-{term:020}-{index:020}.bin"))
+}
+
+fn newest_snapshot(dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    let mut best: Option<PathBuf> = None;
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with("snapshot-") && name.ends_with(".bin") && best.as_ref().is_none_or(|b| p > *b) {
+            best = Some(p);
+        }
+    }
+    Ok(best)
+}
+
+fn meta_for(file: &SnapshotFile) -> SnapshotMeta<u64, openraft::BasicNode> {
+    let index = file.last_applied.map_or(0, |l| l.index);
+    SnapshotMeta {
+        last_log_id: file.last_applied,
+        last_membership: file.membership.clone(),
+        snapshot_id: format!("{index}"),
+    }
+}
+
+/// Writes a snapshot durably: temp file, fsync, rename, fsync the directory; then removes
+/// older snapshots.
+fn write_snapshot(dir: &Path, last: &Option<LogId<u64>>, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = snapshot_path(dir, last);
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with("snapshot-") && p != path {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    Ok(())
+}
+
+impl StateMachine {
+    /// Opens the state machine from the newest snapshot in `dir`, if any.
+    pub fn open(dir: &Path, shared: Arc<SharedTree>, hook: Arc<dyn ApplyHook>) -> Result<StateMachine, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let mut sm = StateMachine {
+            shared,
+            hook,
+            last_applied: None,
+            membership: StoredMembership::default(),
+            dir: dir.to_owned(),
+            current: None,
+        };
+        if let Some(path) = newest_snapshot(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
+            let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let file: SnapshotFile =
+                postcard::from_bytes(&bytes).map_err(|e| format!("decoding {}: {e}", path.display()))?;
+            sm.last_applied = file.last_applied;
+            sm.membership = file.membership.clone();
+            let meta = meta_for(&file);
+            *sm.shared.write() = file.tree;
+            sm.shared.applied.send_replace(sm.last_applied.as_ref().map_or(0, zxid_of));
+            sm.current = Some((meta, bytes));
+        }
+        Ok(sm)
+    }
+}
+
+/// Builds snapshots from an O(1) clone of the tree.
+pub struct SnapshotBuilder {
+    file: SnapshotFile,
+    dir: PathBuf,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let started = std::time::Instant::now();
+        let bytes = postcard::to_stdvec(&self.file).map_err(snap_err)?;
+        write_snapshot(&self.dir, &self.file.last_applied, &bytes).map_err(snap_err)?;
+        tracing::info!(
+            index = self.file.last_applied.map_or(0, |l| l.index),
+            bytes = bytes.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "snapshot written"
+        );
+        Ok(Snapshot { meta: meta_for(&self.file), snapshot: Box::new(Cursor::new(bytes)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, openraft::BasicNode>), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<TxnResult>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        let mut last_zxid = None;
+        {
+            let mut tree = self.shared.write();
+            for entry in entries {
+                let zxid = zxid_of(&entry.log_id);
+                self.last_applied = Some(entry.log_id);
+                match entry.payload {
+                    EntryPayload::Blank => out.push(TxnResult { zxid, outcome: Ok(crate::txn::TxnOutput::Deleted) }),
+                    EntryPayload::Normal(txn) => {
+                        let (outcome, changes) = tree.apply(zxid, &txn);
+                        self.hook.applied(zxid, txn.session_id, &changes);
+                        out.push(TxnResult { zxid, outcome });
+                    }
+                    EntryPayload::Membership(m) => {
+                        self.membership = StoredMembership::new(Some(entry.log_id), m);
+                        out.push(TxnResult { zxid, outcome: Ok(crate::txn::TxnOutput::Deleted) });
+                    }
+                }
+                last_zxid = Some(zxid);
+            }
+        }
+        if let Some(z) = last_zxid {
+            self.shared.applied.send_replace(z);
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            file: SnapshotFile {
+                last_applied: self.last_applied,
+                membership: self.membership.clone(),
+                tree: self.shared.read().clone(),
+            },
+            dir: self.dir.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let bytes = snapshot.into_inner();
+        let file: SnapshotFile = postcard::from_bytes(&bytes).map_err(sm_err)?;
+        write_snapshot(&self.dir, &meta.last_log_id, &bytes).map_err(snap_err)?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        *self.shared.write() = file.tree;
+        self.shared.applied.send_replace(self.last_applied.as_ref().map_or(0, zxid_of));
+        self.current = Some((meta.clone(), bytes));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        if let Some(path) = newest_snapshot(&self.dir).map_err(snap_err)? {
+            let bytes = std::fs::read(&path).map_err(snap_err)?;
+            let file: SnapshotFile = postcard::from_bytes(&bytes).map_err(sm_err)?;
+            return Ok(Some(Snapshot { meta: meta_for(&file), snapshot: Box::new(Cursor::new(bytes)) }));
+        }
+        Ok(self.current.as_ref().map(|(m, b)| Snapshot { meta: m.clone(), snapshot: Box::new(Cursor::new(b.clone())) }))
+    }
+}

@@ -1,0 +1,138 @@
+//! Session liveness: when each session was last heard from, which connection owns it, and
+//! which sessions have outlived their timeout. Counterpart of ZooKeeper's `SessionTracker`.
+//!
+//! The replicated session table (id, timeout, password, ephemerals) lives in the tree; this
+//! module only tracks time, locally. It never changes the tree: the expiry task in `server`
+//! proposes `CloseSession` for what [`SessionTracker::expired`] returns. A session found in
+//! the tree but never heard from here (after a restart or failover) first gets a whole fresh
+//! timeout: the grace period.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicI64;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+struct Local {
+    timeout: Duration,
+    deadline: Instant,
+    /// The connection currently serving the session, and how to close it.
+    owner: Option<(u64, oneshot::Sender<()>)>,
+    closing: bool,
+}
+
+/// Local session liveness.
+pub struct SessionTracker {
+    /// std `Mutex`: short critical sections, never held across `.await`.
+    sessions: Mutex<HashMap<i64, Local>>,
+    counter: AtomicI64,
+    server_id: u64,
+}
+
+impl SessionTracker {
+    /// A tracker for a server with id `server_id`.
+    pub fn new(server_id: u64) -> SessionTracker {
+        let millis =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        // SessionTrackerImpl.initializeNextSessionId: time in the middle bits, server id on top.
+        let base = ((millis << 24) as u64 >> 8) as i64 | ((server_id as i64) << 56);
+        SessionTracker { sessions: Mutex::new(HashMap::new()), counter: AtomicI64::new(base), server_id }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Local>> {
+        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A fresh session id (never 0, never `i64::MIN`).
+    pub fn next_id(&self) -> i64 {
+        loop {
+            let id = self.counter.fetch_add(1, Ordering::Relaxed);
+            if id != 0 && id != i64::MIN {
+                return id;
+            }
+        }
+    }
+
+    /// This server's id.
+    pub fn server_id(&self) -> u64 {
+        self.server_id
+    }
+
+    /// Attaches `session` to connection `conn`; an older connection of the same session is
+    /// told to close (ZooKeeper closes it with reason CLIENT_RECONNECT).
+    pub fn attach(&self, session: i64, timeout_ms: i32, conn: u64, close: oneshot::Sender<()>) {
+        let timeout = Duration::from_millis(timeout_ms.max(1) as u64);
+        let mut map = self.lock();
+        let entry = map.entry(session).or_insert(Local {
+            timeout,
+            deadline: Instant::now() + timeout,
+            owner: None,
+            closing: false,
+        });
+        entry.timeout = timeout;
+        entry.deadline = Instant::now() + timeout;
+        if let Some((_, old)) = entry.owner.replace((conn, close)) {
+            let _ = old.send(());
+        }
+    }
+
+    /// The connection `conn` went away; the session keeps ticking towards expiry.
+    pub fn detach(&self, session: i64, conn: u64) {
+        if let Some(l) = self.lock().get_mut(&session) {
+            if l.owner.as_ref().is_some_and(|(c, _)| *c == conn) {
+                l.owner = None;
+            }
+        }
+    }
+
+    /// Any packet from the session's client.
+    pub fn touch(&self, session: i64) {
+        if let Some(l) = self.lock().get_mut(&session) {
+            l.deadline = Instant::now() + l.timeout;
+        }
+    }
+
+    /// The session is gone from the tree; forget it.
+    pub fn remove(&self, session: i64) {
+        if let Some(l) = self.lock().remove(&session) {
+            if let Some((_, close)) = l.owner {
+                let _ = close.send(());
+            }
+        }
+    }
+
+    /// Sessions (from the replicated table `known`) past their deadline, each reported once.
+    /// Sessions seen for the first time get a full timeout from now.
+    pub fn expired(&self, known: impl Iterator<Item = (i64, i32)>) -> Vec<i64> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let mut out = Vec::new();
+        let mut present = std::collections::HashSet::new();
+        for (id, timeout_ms) in known {
+            present.insert(id);
+            let timeout = Duration::from_millis(timeout_ms.max(1) as u64);
+            let l = map.entry(id).or_insert(Local { timeout, deadline: now + timeout, owner: None, closing: false });
+            if !l.closing && l.deadline <= now {
+                l.closing = true;
+                out.push(id);
+            }
+        }
+        map.retain(|id, l| present.contains(id) || l.owner.is_some());
+        out
+    }
+
+    /// A close that failed to commit may be retried.
+    pub fn retry_close(&self, session: i64) {
+        if let Some(l) = self.lock().get_mut(&session) {
+            l.closing = false;
+        }
+    }
+
+    /// Number of sessions with a live connection here.
+    pub fn connected(&self) -> usize {
+        self.lock().values().filter(|l| l.owner.is_some()).count()
+    }
+}

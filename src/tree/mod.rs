@@ -1,0 +1,577 @@
+//! The DataTree: znodes, their Stat, children, ephemerals by session, the replicated session
+//! table, containers and TTL nodes. Counterpart of ZooKeeper's `DataTree` plus the checks of
+//! `PrepRequestProcessor` (which ZooKeeper does before the log, and we do in apply so every
+//! replica computes the same answer).
+//!
+//! Synchronous and deterministic: [`DataTree::apply`] is a pure function of (tree, zxid, txn)
+//! returning the result and the [`Change`]s that watches fire on. No I/O, no clock, no
+//! randomness, no knowledge of watches or connections. The maps are persistent (`imbl`), so
+//! cloning the whole tree for a snapshot or a multi's scratch copy is O(1).
+
+pub mod acl;
+pub mod path;
+
+use bytes::Bytes;
+use imbl::HashMap;
+use imbl::OrdSet;
+use jute::CreateMode;
+use jute::EventType;
+use jute::Stat;
+use jute::StatPersisted;
+use serde::Deserialize;
+use serde::Serialize;
+
+use self::acl::AclEntry;
+use self::acl::AuthId;
+use crate::txn::CreateOp;
+use crate::txn::OpResult;
+use crate::txn::Txn;
+use crate::txn::TxnOp;
+use crate::txn::TxnOutput;
+
+/// `ephemeralOwner` of a container (`EphemeralType.CONTAINER_EPHEMERAL_OWNER`).
+pub const CONTAINER_OWNER: i64 = i64::MIN;
+/// High byte of `ephemeralOwner` marking a TTL node (`EphemeralType.TTL`).
+const TTL_MASK: i64 = 0xFF00_0000_0000_0000_u64 as i64;
+/// Largest TTL ZooKeeper accepts (`EphemeralType.MAX_EXTENDED_SERVER_ID` encoding: 40 bits).
+pub const MAX_TTL_MS: i64 = 0x0000_00FF_FFFF_FFFF;
+
+/// Why a tree operation failed; `dispatch::reply` maps each to a ZooKeeper error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum TreeError {
+    #[error("no node")]
+    NoNode,
+    #[error("node exists")]
+    NodeExists,
+    #[error("bad version")]
+    BadVersion,
+    #[error("not empty")]
+    NotEmpty,
+    #[error("not authorized")]
+    NoAuth,
+    #[error("invalid ACL")]
+    InvalidAcl,
+    #[error("bad arguments")]
+    BadArguments,
+    #[error("ephemerals cannot have children")]
+    NoChildrenForEphemerals,
+    #[error("session expired")]
+    SessionExpired,
+    #[error("runtime inconsistency")]
+    RuntimeInconsistency,
+    #[error("unimplemented")]
+    Unimplemented,
+}
+
+/// What kind of node this is, from `ephemeralOwner` (`EphemeralType.get`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    Normal,
+    Ephemeral(i64),
+    Container,
+    Ttl(i64),
+}
+
+/// The `ephemeralOwner` a new node gets.
+fn owner_for(mode: CreateMode, session_id: i64, ttl: i64) -> i64 {
+    match mode {
+        CreateMode::Ephemeral | CreateMode::EphemeralSequential => session_id,
+        CreateMode::Container => CONTAINER_OWNER,
+        CreateMode::PersistentWithTtl | CreateMode::PersistentSequentialWithTtl => TTL_MASK | ttl,
+        CreateMode::Persistent | CreateMode::PersistentSequential => 0,
+    }
+}
+
+fn kind_of(owner: i64) -> NodeKind {
+    if owner == 0 {
+        NodeKind::Normal
+    } else if owner == CONTAINER_OWNER {
+        NodeKind::Container
+    } else if owner & TTL_MASK == TTL_MASK {
+        NodeKind::Ttl(owner & MAX_TTL_MS)
+    } else {
+        NodeKind::Ephemeral(owner)
+    }
+}
+
+/// One znode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub data: Option<Bytes>,
+    pub acl: Vec<AclEntry>,
+    pub stat: StatPersisted,
+    pub children: OrdSet<String>,
+}
+
+impl Node {
+    fn new(data: Option<Bytes>, acl: Vec<AclEntry>, zxid: i64, time: i64, owner: i64) -> Node {
+        Node {
+            data,
+            acl,
+            stat: StatPersisted {
+                czxid: zxid,
+                mzxid: zxid,
+                ctime: time,
+                mtime: time,
+                version: 0,
+                cversion: 0,
+                aversion: 0,
+                ephemeral_owner: owner,
+                pzxid: zxid,
+            },
+            children: OrdSet::new(),
+        }
+    }
+
+    /// The client-visible `Stat`.
+    pub fn stat(&self) -> Stat {
+        let s = &self.stat;
+        Stat {
+            czxid: s.czxid,
+            mzxid: s.mzxid,
+            ctime: s.ctime,
+            mtime: s.mtime,
+            version: s.version,
+            cversion: s.cversion,
+            aversion: s.aversion,
+            ephemeral_owner: s.ephemeral_owner,
+            data_length: self.data.as_ref().map_or(0, |d| d.len() as i32),
+            num_children: self.children.len() as i32,
+            pzxid: s.pzxid,
+        }
+    }
+
+    /// What kind of node this is.
+    pub fn kind(&self) -> NodeKind {
+        kind_of(self.stat.ephemeral_owner)
+    }
+}
+
+/// A session as replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    pub timeout_ms: i32,
+    pub passwd: Bytes,
+    pub ephemerals: OrdSet<String>,
+}
+
+/// A change that watches fire on: the event type and the path it is reported for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub event: EventType,
+    pub path: String,
+}
+
+/// `checkAndIncVersion`: `-1` matches anything; the increment wraps past `i32::MAX` to 0
+/// instead of to `-1`, which would mean "any" (ZOOKEEPER-4743).
+fn check_version(current: i32, expected: i32) -> Result<i32, TreeError> {
+    if expected != -1 && expected != current {
+        return Err(TreeError::BadVersion);
+    }
+    Ok(if current == i32::MAX { 0 } else { current + 1 })
+}
+
+/// The special paths that cannot be deleted (`DataTree.isSpecialPath`).
+fn is_special(path: &str) -> bool {
+    matches!(path, "/" | "/zookeeper" | "/zookeeper/quota" | "/zookeeper/config")
+}
+
+/// The tree and the replicated session table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DataTree {
+    nodes: HashMap<String, Node>,
+    sessions: HashMap<i64, SessionEntry>,
+    /// Paths of containers and TTL nodes, for the reaper.
+    reapable: OrdSet<String>,
+    /// The zxid of the last applied txn.
+    last_zxid: i64,
+    /// Sum of path and data lengths (`approximate_data_size`).
+    data_size: i64,
+}
+
+impl Default for DataTree {
+    fn default() -> Self {
+        DataTree::new()
+    }
+}
+
+impl DataTree {
+    /// A tree holding `/`, `/zookeeper`, `/zookeeper/quota` and `/zookeeper/config`, as a fresh
+    /// ZooKeeper has.
+    pub fn new() -> DataTree {
+        let mut t = DataTree {
+            nodes: HashMap::new(),
+            sessions: HashMap::new(),
+            reapable: OrdSet::new(),
+            last_zxid: 0,
+            data_size: 0,
+        };
+        t.nodes.insert("/".into(), Node::new(Some(Bytes::new()), AclEntry::open(), 0, 0, 0));
+        for (path, acl, data) in [
+            ("/zookeeper", AclEntry::open(), Some(Bytes::new())),
+            ("/zookeeper/quota", AclEntry::open(), Some(Bytes::new())),
+            ("/zookeeper/config", AclEntry::read_only(), Some(Bytes::new())),
+        ] {
+            let parent = path::parent(path).expect("special paths have parents").to_owned();
+            t.nodes.insert(path.into(), Node::new(data, acl, 0, 0, 0));
+            if let Some(p) = t.nodes.get_mut(&parent) {
+                p.children.insert(path::name(path).into());
+            }
+            t.data_size += path.len() as i64;
+        }
+        if let Some(config) = t.nodes.get_mut("/zookeeper/config") {
+            // ZooKeeper keeps /zookeeper/config at version -1 until a reconfig writes it.
+            config.stat.version = -1;
+        }
+        t
+    }
+
+    /// The zxid of the last applied txn.
+    pub fn last_zxid(&self) -> i64 {
+        self.last_zxid
+    }
+
+    /// Number of znodes (`znode_count`).
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// `approximate_data_size`.
+    pub fn data_size(&self) -> i64 {
+        self.data_size
+    }
+
+    /// A node, if present.
+    pub fn node(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    /// A session, if present.
+    pub fn session(&self, id: i64) -> Option<&SessionEntry> {
+        self.sessions.get(&id)
+    }
+
+    /// All sessions.
+    pub fn sessions(&self) -> impl Iterator<Item = (&i64, &SessionEntry)> {
+        self.sessions.iter()
+    }
+
+    /// Total ephemeral nodes (`ephemerals_count`).
+    pub fn ephemeral_count(&self) -> usize {
+        self.sessions.values().map(|s| s.ephemerals.len()).sum()
+    }
+
+    /// Containers and TTL nodes, for the reaper.
+    pub fn reapable(&self) -> impl Iterator<Item = &String> {
+        self.reapable.iter()
+    }
+
+    /// True if the container or TTL node at `path` should be removed at `now_ms`
+    /// (`ContainerManager.getCandidates`).
+    pub fn is_reapable(&self, path: &str, now_ms: i64) -> bool {
+        let Some(node) = self.nodes.get(path) else { return false };
+        if !node.children.is_empty() {
+            return false;
+        }
+        match node.kind() {
+            NodeKind::Container => node.stat.cversion > 0,
+            NodeKind::Ttl(ttl) => now_ms - node.stat.mtime > ttl,
+            _ => false,
+        }
+    }
+
+    fn read_node(&self, path: &str, perm: i32, ids: &[AuthId]) -> Result<&Node, TreeError> {
+        let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+        if !acl::allowed(&node.acl, perm, ids) {
+            return Err(TreeError::NoAuth);
+        }
+        Ok(node)
+    }
+
+    /// `exists`: the node's Stat (no ACL check, as in ZooKeeper).
+    pub fn exists(&self, path: &str) -> Result<Stat, TreeError> {
+        self.nodes.get(path).map(Node::stat).ok_or(TreeError::NoNode)
+    }
+
+    /// `getData`.
+    pub fn get_data(&self, path: &str, ids: &[AuthId]) -> Result<(Option<Bytes>, Stat), TreeError> {
+        let node = self.read_node(path, jute::perms::READ, ids)?;
+        Ok((node.data.clone(), node.stat()))
+    }
+
+    /// `getChildren`/`getChildren2`: children in name order, and the parent's Stat.
+    pub fn get_children(&self, path: &str, ids: &[AuthId]) -> Result<(Vec<String>, Stat), TreeError> {
+        let node = self.read_node(path, jute::perms::READ, ids)?;
+        Ok((node.children.iter().cloned().collect(), node.stat()))
+    }
+
+    /// `getACL`: needs READ or ADMIN (ZooKeeper 3.8's `FinalRequestProcessor`).
+    pub fn get_acl(&self, path: &str, ids: &[AuthId]) -> Result<(Vec<AclEntry>, Stat), TreeError> {
+        let node = self.read_node(path, jute::perms::READ | jute::perms::ADMIN, ids)?;
+        Ok((node.acl.clone(), node.stat()))
+    }
+
+    /// `getAllChildrenNumber`: every descendant of `path`.
+    pub fn all_children_number(&self, path: &str, ids: &[AuthId]) -> Result<i32, TreeError> {
+        self.read_node(path, jute::perms::READ, ids)?;
+        let mut count = 0i64;
+        let mut stack = vec![path.to_owned()];
+        while let Some(p) = stack.pop() {
+            if let Some(n) = self.nodes.get(&p) {
+                for c in &n.children {
+                    count += 1;
+                    stack.push(path::join(&p, c));
+                }
+            }
+        }
+        Ok(count.min(i64::from(i32::MAX)) as i32)
+    }
+
+    /// `getEphemerals`: the session's ephemerals at or below `prefix` ("" or "/" for all).
+    pub fn ephemerals(&self, session_id: i64, prefix: &str) -> Vec<String> {
+        let Some(s) = self.sessions.get(&session_id) else { return Vec::new() };
+        s.ephemerals.iter().filter(|p| prefix.is_empty() || prefix == "/" || p.starts_with(prefix)).cloned().collect()
+    }
+
+    /// Applies one replicated txn at `zxid`. Every precondition is checked here, so the result
+    /// (including errors) is the same on every replica.
+    pub fn apply(&mut self, zxid: i64, txn: &Txn) -> (Result<TxnOutput, TreeError>, Vec<Change>) {
+        self.last_zxid = self.last_zxid.max(zxid);
+        let mut changes = Vec::new();
+        let result = match &txn.op {
+            TxnOp::Multi(ops) => Ok(self.apply_multi(zxid, txn, ops, &mut changes)),
+            op => self.apply_one(zxid, txn, op, &mut changes),
+        };
+        (result, changes)
+    }
+
+    fn apply_multi(&mut self, zxid: i64, txn: &Txn, ops: &[TxnOp], changes: &mut Vec<Change>) -> TxnOutput {
+        // Work on an O(1) copy; keep it only if every op succeeds.
+        let mut scratch = self.clone();
+        let mut scratch_changes = Vec::new();
+        let mut results = Vec::with_capacity(ops.len());
+        let mut failed_at = None;
+        for (i, op) in ops.iter().enumerate() {
+            match scratch.apply_one(zxid, txn, op, &mut scratch_changes) {
+                Ok(out) => results.push(match out {
+                    TxnOutput::Created { path, stat } => OpResult::Created { path, stat },
+                    TxnOutput::Deleted => OpResult::Deleted,
+                    TxnOutput::Stat(stat) => OpResult::SetData { stat },
+                    _ => OpResult::Checked,
+                }),
+                Err(e) => {
+                    failed_at = Some((i, e));
+                    break;
+                }
+            }
+        }
+        match failed_at {
+            None => {
+                *self = scratch;
+                changes.extend(scratch_changes);
+                TxnOutput::Multi { results, failed: false }
+            }
+            Some((i, e)) => {
+                let results = (0..ops.len())
+                    .map(|j| match j.cmp(&i) {
+                        std::cmp::Ordering::Less => OpResult::RolledBack,
+                        std::cmp::Ordering::Equal => OpResult::Error(e),
+                        std::cmp::Ordering::Greater => OpResult::Error(TreeError::RuntimeInconsistency),
+                    })
+                    .collect();
+                TxnOutput::Multi { results, failed: true }
+            }
+        }
+    }
+
+    fn apply_one(
+        &mut self,
+        zxid: i64,
+        txn: &Txn,
+        op: &TxnOp,
+        changes: &mut Vec<Change>,
+    ) -> Result<TxnOutput, TreeError> {
+        match op {
+            TxnOp::CreateSession { session_id, timeout_ms, passwd } => {
+                self.sessions.insert(
+                    *session_id,
+                    SessionEntry { timeout_ms: *timeout_ms, passwd: passwd.clone(), ephemerals: OrdSet::new() },
+                );
+                Ok(TxnOutput::SessionCreated)
+            }
+            TxnOp::CloseSession { session_id } => {
+                let Some(session) = self.sessions.remove(session_id) else {
+                    return Err(TreeError::SessionExpired);
+                };
+                for path in session.ephemerals.iter() {
+                    self.remove_node(path, zxid, changes);
+                }
+                Ok(TxnOutput::SessionClosed)
+            }
+            TxnOp::Create(create) => self.create(zxid, txn, create, changes),
+            TxnOp::Delete { path, version } => self.delete(zxid, txn, path, *version, changes),
+            TxnOp::SetData { path, data, version } => {
+                path::validate(path).map_err(|_| TreeError::BadArguments)?;
+                let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+                if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
+                    return Err(TreeError::NoAuth);
+                }
+                let new_version = check_version(node.stat.version, *version)?;
+                let old_len = node.data.as_ref().map_or(0, Bytes::len) as i64;
+                let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
+                node.data = data.clone();
+                node.stat.version = new_version;
+                node.stat.mzxid = zxid;
+                node.stat.mtime = txn.time_ms;
+                let stat = node.stat();
+                self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
+                changes.push(Change { event: EventType::NodeDataChanged, path: path.clone() });
+                Ok(TxnOutput::Stat(stat))
+            }
+            TxnOp::SetAcl { path, acl: requested, version } => {
+                path::validate(path).map_err(|_| TreeError::BadArguments)?;
+                let fixed = acl::fixup(requested, &txn.auth).ok_or(TreeError::InvalidAcl)?;
+                let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+                if !acl::allowed(&node.acl, jute::perms::ADMIN, &txn.auth) {
+                    return Err(TreeError::NoAuth);
+                }
+                let new_version = check_version(node.stat.aversion, *version)?;
+                let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
+                node.acl = fixed;
+                node.stat.aversion = new_version;
+                Ok(TxnOutput::Stat(node.stat()))
+            }
+            TxnOp::Check { path, version } => {
+                path::validate(path).map_err(|_| TreeError::BadArguments)?;
+                let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+                if !acl::allowed(&node.acl, jute::perms::READ, &txn.auth) {
+                    return Err(TreeError::NoAuth);
+                }
+                check_version(node.stat.version, *version)?;
+                Ok(TxnOutput::Checked(node.stat()))
+            }
+            TxnOp::Multi(_) => Err(TreeError::BadArguments),
+            TxnOp::DeleteContainer { path } => {
+                if !self.is_reapable(path, txn.time_ms) {
+                    return Err(TreeError::NotEmpty);
+                }
+                self.remove_node(path, zxid, changes);
+                Ok(TxnOutput::Deleted)
+            }
+        }
+    }
+
+    fn create(
+        &mut self,
+        zxid: i64,
+        txn: &Txn,
+        op: &CreateOp,
+        changes: &mut Vec<Change>,
+    ) -> Result<TxnOutput, TreeError> {
+        let mode = CreateMode::try_from(op.flags).map_err(|_| TreeError::BadArguments)?;
+        // PrepRequestProcessor.validatePathForCreate: a slash and no NUL, then the parent.
+        let last_slash = op.path.rfind('/').ok_or(TreeError::BadArguments)?;
+        if op.path.contains('\0') {
+            return Err(TreeError::BadArguments);
+        }
+        let parent_path = if last_slash == 0 { "/" } else { &op.path[..last_slash] };
+        let fixed_acl = acl::fixup(&op.acl, &txn.auth).ok_or(TreeError::InvalidAcl)?;
+        let parent = self.nodes.get(parent_path).ok_or(TreeError::NoNode)?;
+        if !acl::allowed(&parent.acl, jute::perms::CREATE, &txn.auth) {
+            return Err(TreeError::NoAuth);
+        }
+        let path =
+            if mode.is_sequential() { format!("{}{:010}", op.path, parent.stat.cversion) } else { op.path.clone() };
+        path::validate(&path).map_err(|_| TreeError::BadArguments)?;
+        if self.nodes.contains_key(&path) {
+            return Err(TreeError::NodeExists);
+        }
+        if let NodeKind::Ephemeral(_) = parent.kind() {
+            return Err(TreeError::NoChildrenForEphemerals);
+        }
+        if mode.is_ephemeral() && !self.sessions.contains_key(&txn.session_id) {
+            return Err(TreeError::SessionExpired);
+        }
+        let owner = owner_for(mode, txn.session_id, op.ttl);
+        let node = Node::new(op.data.clone(), fixed_acl, zxid, txn.time_ms, owner);
+        let stat = node.stat();
+        let name = path::name(&path).to_owned();
+        let parent = self.nodes.get_mut(parent_path).ok_or(TreeError::NoNode)?;
+        parent.children.insert(name);
+        parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
+        parent.stat.pzxid = zxid;
+        self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;
+        self.nodes.insert(path.clone(), node);
+        match kind_of(owner) {
+            NodeKind::Ephemeral(session) => {
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.ephemerals.insert(path.clone());
+                }
+            }
+            NodeKind::Container | NodeKind::Ttl(_) => {
+                self.reapable.insert(path.clone());
+            }
+            NodeKind::Normal => {}
+        }
+        changes.push(Change { event: EventType::NodeCreated, path: path.clone() });
+        changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path.to_owned() });
+        Ok(TxnOutput::Created { path, stat })
+    }
+
+    fn delete(
+        &mut self,
+        zxid: i64,
+        txn: &Txn,
+        path: &str,
+        version: i32,
+        changes: &mut Vec<Change>,
+    ) -> Result<TxnOutput, TreeError> {
+        // PrepRequestProcessor.getParentPathAndValidate.
+        let last_slash = path.rfind('/').ok_or(TreeError::BadArguments)?;
+        if path.contains('\0') || is_special(path) {
+            return Err(TreeError::BadArguments);
+        }
+        let parent_path = if last_slash == 0 { "/" } else { &path[..last_slash] };
+        let parent = self.nodes.get(parent_path).ok_or(TreeError::NoNode)?;
+        if !acl::allowed(&parent.acl, jute::perms::DELETE, &txn.auth) {
+            return Err(TreeError::NoAuth);
+        }
+        let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+        check_version(node.stat.version, version)?;
+        if !node.children.is_empty() {
+            return Err(TreeError::NotEmpty);
+        }
+        self.remove_node(path, zxid, changes);
+        Ok(TxnOutput::Deleted)
+    }
+
+    /// Removes a childless node and updates its parent, session and indexes
+    /// (`DataTree.deleteNode`: the parent's pzxid moves, its cversion does not).
+    fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
+        let Some(node) = self.nodes.remove(path) else { return };
+        self.data_size -= path.len() as i64 + node.data.as_ref().map_or(0, Bytes::len) as i64;
+        match node.kind() {
+            NodeKind::Ephemeral(session) => {
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.ephemerals.remove(path);
+                }
+            }
+            NodeKind::Container | NodeKind::Ttl(_) => {
+                self.reapable.remove(path);
+            }
+            NodeKind::Normal => {}
+        }
+        let parent_path = path::parent(path).unwrap_or("/").to_owned();
+        if let Some(parent) = self.nodes.get_mut(&parent_path) {
+            parent.children.remove(path::name(path));
+            if zxid > parent.stat.pzxid {
+                parent.stat.pzxid = zxid;
+            }
+        }
+        changes.push(Change { event: EventType::NodeDeleted, path: path.to_owned() });
+        changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path });
+    }
+}
+
+#[cfg(test)]
+mod tests;

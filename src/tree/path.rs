@@ -1,0 +1,104 @@
+//! znode path rules: validation as ZooKeeper's `PathUtils.validatePath` applies it, and
+//! parent/child splitting.
+
+/// Why a path is not acceptable (reported to clients as `BadArguments`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid path {path:?}: {reason}")]
+pub struct InvalidPath {
+    pub path: String,
+    pub reason: &'static str,
+}
+
+/// Validates a znode path the way ZooKeeper's `PathUtils.validatePath(String)` does: absolute,
+/// no empty, `.` or `..` components, no trailing slash (except the root), and none of the
+/// characters ZooKeeper forbids (NUL, control characters, surrogates and specials).
+pub fn validate(path: &str) -> Result<(), InvalidPath> {
+    let bad = |reason| Err(InvalidPath { path: path.to_owned(), reason });
+    if path.is_empty() {
+        return bad("path length must be > 0");
+    }
+    if !path.starts_with('/') {
+        return bad("path must start with / character");
+    }
+    if path.len() == 1 {
+        return Ok(());
+    }
+    if path.ends_with('/') {
+        return bad("path must not end with / character");
+    }
+    for component in path[1..].split('/') {
+        match component {
+            "" => return bad("empty node name specified"),
+            "." | ".." => return bad("relative paths not allowed"),
+            _ => {}
+        }
+    }
+    for c in path.chars() {
+        let forbidden = c == '\u{0}'
+            || ('\u{1}'..='\u{1f}').contains(&c)
+            || ('\u{7f}'..='\u{9f}').contains(&c)
+            || ('\u{e000}'..='\u{f8ff}').contains(&c) // surrogates (d800-dfff) cannot occur in a Rust str
+            || ('\u{fff0}'..='\u{ffff}').contains(&c);
+        if forbidden {
+            return bad("invalid character");
+        }
+    }
+    Ok(())
+}
+
+/// The parent of a non-root path (`"/a/b"` -> `"/a"`, `"/a"` -> `"/"`), or `None` for the root
+/// or a path without a slash.
+pub fn parent(path: &str) -> Option<&str> {
+    let idx = path.rfind('/')?;
+    if path.len() == 1 {
+        return None;
+    }
+    Some(if idx == 0 { "/" } else { &path[..idx] })
+}
+
+/// The last component of a path (`"/a/b"` -> `"b"`).
+pub fn name(path: &str) -> &str {
+    path.rfind('/').map_or(path, |i| &path[i + 1..])
+}
+
+/// Joins a parent path and a child name.
+pub fn join(parent: &str, child: &str) -> String {
+    if parent == "/" {
+        format!("/{child}")
+    } else {
+        format!("{parent}/{child}")
+    }
+}
+
+/// True if `path` is `ancestor` or below it.
+pub fn is_at_or_below(path: &str, ancestor: &str) -> bool {
+    ancestor == "/"
+        || path == ancestor
+        || (path.len() > ancestor.len() && path.starts_with(ancestor) && path.as_bytes()[ancestor.len()] == b'/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_matches_zookeeper() {
+        for ok in ["/", "/a", "/a/b", "/a-b_c.d", "/zookeeper/quota", "/a..b"] {
+            assert_eq!(validate(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "a", "/a/", "//a", "/a//b", "/a/./b", "/..", "/a\u{0}", "/a\u{1}b", "/\u{fff5}"] {
+            assert!(validate(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn parents_and_names() {
+        assert_eq!(parent("/a/b"), Some("/a"));
+        assert_eq!(parent("/a"), Some("/"));
+        assert_eq!(parent("/"), None);
+        assert_eq!(name("/a/b"), "b");
+        assert_eq!(join("/", "a"), "/a");
+        assert!(is_at_or_below("/a/b", "/a"));
+        assert!(!is_at_or_below("/ab", "/a"));
+    }
+}

@@ -1,0 +1,122 @@
+//! The replicated command (openraft's app data) and its result.
+//!
+//! A [`Txn`] carries everything apply needs that is not a pure function of the tree: the
+//! proposer's wall-clock time, the caller's identities (for ACL checks and `auth` expansion),
+//! new session ids and passwords. Apply on every replica therefore computes the same result,
+//! errors included. Encoded with serde (postcard) inside the Raft log; the enum is append-only
+//! so old log entries stay readable.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::Serialize;
+
+use crate::tree::acl::AclEntry;
+use crate::tree::acl::AuthId;
+use crate::tree::TreeError;
+
+/// One replicated change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Txn {
+    /// The session on whose behalf the change is made (0 for server-internal txns).
+    pub session_id: i64,
+    /// Proposer's wall-clock time in ms since the epoch (ctime/mtime, TTL checks).
+    pub time_ms: i64,
+    /// The caller's identities at proposal time.
+    pub auth: Vec<AuthId>,
+    /// What to do.
+    pub op: TxnOp,
+}
+
+/// A create, as validated by prep (mode flags and TTL range already checked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateOp {
+    pub path: String,
+    pub data: Option<Bytes>,
+    pub acl: Vec<AclEntry>,
+    /// `CreateMode` flags.
+    pub flags: i32,
+    /// TTL in ms for TTL modes, otherwise -1.
+    pub ttl: i64,
+}
+
+/// The operations of the replicated log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOp {
+    CreateSession {
+        session_id: i64,
+        timeout_ms: i32,
+        passwd: Bytes,
+    },
+    CloseSession {
+        session_id: i64,
+    },
+    Create(CreateOp),
+    Delete {
+        path: String,
+        version: i32,
+    },
+    SetData {
+        path: String,
+        data: Option<Bytes>,
+        version: i32,
+    },
+    SetAcl {
+        path: String,
+        acl: Vec<AclEntry>,
+        version: i32,
+    },
+    Check {
+        path: String,
+        version: i32,
+    },
+    /// All or nothing; holds only Create/Delete/SetData/Check.
+    Multi(Vec<TxnOp>),
+    /// Removal of an empty container or an expired TTL node, re-checked at apply.
+    DeleteContainer {
+        path: String,
+    },
+}
+
+/// The result of one op inside a multi.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpResult {
+    Created {
+        path: String,
+        stat: jute::Stat,
+    },
+    Deleted,
+    SetData {
+        stat: jute::Stat,
+    },
+    Checked,
+    /// The op that failed, or (`RuntimeInconsistency`) one after it that was not attempted.
+    Error(TreeError),
+    /// An op before the failing one, undone: ZooKeeper reports it as an error result with 0.
+    RolledBack,
+}
+
+/// What a successful txn produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOutput {
+    SessionCreated,
+    SessionClosed,
+    Created {
+        path: String,
+        stat: jute::Stat,
+    },
+    Deleted,
+    Stat(jute::Stat),
+    Checked(jute::Stat),
+    /// Per-op results; `failed` is set when the multi was rolled back.
+    Multi {
+        results: Vec<OpResult>,
+        failed: bool,
+    },
+}
+
+/// The state machine's answer for one log entry: its zxid and outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResult {
+    pub zxid: i64,
+    pub outcome: Result<TxnOutput, TreeError>,
+}

@@ -1,0 +1,311 @@
+//! The watch manager: one-shot data, exist and child watches, persistent and
+//! persistent-recursive watches, and the `setWatches` catch-up on reconnect. Counterpart of
+//! ZooKeeper's `WatchManager` pair (data and child tables) in `DataTree`.
+//!
+//! Not replicated: watches live on the server the client is connected to and die with the
+//! connection. `trigger` is called by the state machine under the tree's write lock (lock
+//! order: tree, then this manager), and queues each event on the session's outbound channel,
+//! so an event is always queued before any later reply that reflects its change.
+
+use std::collections::HashMap;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use jute::EventType;
+use jute::KeeperState;
+use jute::WatcherEvent;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::raft::state_machine::ApplyHook;
+use crate::tree::path;
+use crate::tree::Change;
+use crate::tree::DataTree;
+
+/// How a watch behaves after firing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Fires once.
+    Standard,
+    /// Fires until removed (`addWatch` PERSISTENT).
+    Persistent,
+    /// Fires for the node and every descendant until removed (`addWatch` PERSISTENT_RECURSIVE).
+    Recursive,
+}
+
+/// An event queued to a connection, with the zxid of the change that fired it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub zxid: i64,
+    pub event: WatcherEvent,
+}
+
+/// Which table a watch lives in (ZooKeeper's `dataWatches` / `childWatches`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Table {
+    Data,
+    Child,
+}
+
+#[derive(Default)]
+struct Inner {
+    data: HashMap<String, HashMap<i64, Mode>>,
+    child: HashMap<String, HashMap<i64, Mode>>,
+    senders: HashMap<i64, UnboundedSender<Event>>,
+    recursive: usize,
+}
+
+impl Inner {
+    fn table(&mut self, t: Table) -> &mut HashMap<String, HashMap<i64, Mode>> {
+        match t {
+            Table::Data => &mut self.data,
+            Table::Child => &mut self.child,
+        }
+    }
+
+    fn add(&mut self, t: Table, path: &str, session: i64, mode: Mode) {
+        let entry = self.table(t).entry(path.to_owned()).or_default();
+        let old = entry.get(&session).copied();
+        // A one-shot registration never downgrades a persistent one.
+        if old.is_some_and(|m| m != Mode::Standard) && mode == Mode::Standard {
+            return;
+        }
+        entry.insert(session, mode);
+        if mode == Mode::Recursive && old != Some(Mode::Recursive) {
+            self.recursive += 1;
+        }
+        if old == Some(Mode::Recursive) && mode != Mode::Recursive {
+            self.recursive -= 1;
+        }
+    }
+
+    /// Collects the sessions watching `path` in table `t` for an event, removing one-shots.
+    /// `recursive_too` includes recursive watchers (they only sit in the data table).
+    fn fire(&mut self, t: Table, path: &str, out: &mut Vec<i64>, skip: &HashSet<i64>) {
+        let Some(watchers) = self.table(t).get_mut(path) else { return };
+        watchers.retain(|session, mode| {
+            if *mode == Mode::Recursive {
+                return true; // recursive watchers are fired by `fire_recursive`
+            }
+            if !skip.contains(session) {
+                out.push(*session);
+            }
+            *mode != Mode::Standard
+        });
+        if watchers.is_empty() {
+            self.table(t).remove(path);
+        }
+    }
+
+    fn fire_recursive(&mut self, path: &str, out: &mut Vec<i64>, skip: &HashSet<i64>) {
+        if self.recursive == 0 {
+            return;
+        }
+        let mut p = Some(path);
+        while let Some(cur) = p {
+            if let Some(w) = self.data.get(cur) {
+                for (s, m) in w {
+                    if *m == Mode::Recursive && !skip.contains(s) && !out.contains(s) {
+                        out.push(*s);
+                    }
+                }
+            }
+            p = path::parent(cur);
+        }
+    }
+
+    fn send(&self, sessions: &[i64], zxid: i64, event: EventType, path: &str) {
+        for s in sessions {
+            if let Some(tx) = self.senders.get(s) {
+                let _ = tx.send(Event {
+                    zxid,
+                    event: WatcherEvent {
+                        event_type: event.code(),
+                        state: KeeperState::SyncConnected.code(),
+                        path: path.to_owned(),
+                    },
+                });
+            }
+        }
+    }
+}
+
+/// The watch manager handle.
+#[derive(Default)]
+pub struct WatchManager {
+    /// std `Mutex`: never held across `.await`; taken inside the tree lock by `trigger`.
+    inner: Mutex<Inner>,
+}
+
+impl WatchManager {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Attaches a connection: events for `session` go to `tx` from now on.
+    pub fn connect(&self, session: i64, tx: UnboundedSender<Event>) {
+        self.lock().senders.insert(session, tx);
+    }
+
+    /// Drops every watch of `session` (its connection closed), if `tx` is still its sender.
+    pub fn disconnect(&self, session: i64, tx: &UnboundedSender<Event>) {
+        let mut inner = self.lock();
+        if inner.senders.get(&session).is_some_and(|t| t.same_channel(tx)) {
+            inner.senders.remove(&session);
+            let mut removed_recursive = 0;
+            for t in [Table::Data, Table::Child] {
+                inner.table(t).retain(|_, w| {
+                    if w.remove(&session) == Some(Mode::Recursive) {
+                        removed_recursive += 1;
+                    }
+                    !w.is_empty()
+                });
+            }
+            inner.recursive -= removed_recursive;
+        }
+    }
+
+    /// Registers a watch (call while holding the tree read lock the read was served under).
+    pub fn add(&self, table: Table, path: &str, session: i64, mode: Mode) {
+        self.lock().add(table, path, session, mode);
+    }
+
+    /// `addWatch`: persistent watches sit in both tables, recursive ones in the data table only.
+    pub fn add_persistent(&self, path: &str, session: i64, recursive: bool) {
+        let mut inner = self.lock();
+        if recursive {
+            inner.add(Table::Data, path, session, Mode::Recursive);
+        } else {
+            inner.add(Table::Data, path, session, Mode::Persistent);
+            inner.add(Table::Child, path, session, Mode::Persistent);
+        }
+    }
+
+    /// Fires the watches for one applied txn's changes, in order.
+    pub fn trigger(&self, zxid: i64, changes: &[Change]) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        if inner.data.is_empty() && inner.child.is_empty() {
+            return;
+        }
+        for c in changes {
+            let mut out = Vec::new();
+            let none = HashSet::new();
+            match c.event {
+                EventType::NodeCreated | EventType::NodeDataChanged => {
+                    inner.fire(Table::Data, &c.path, &mut out, &none);
+                    inner.fire_recursive(&c.path, &mut out, &none);
+                }
+                EventType::NodeDeleted => {
+                    inner.fire(Table::Data, &c.path, &mut out, &none);
+                    inner.fire_recursive(&c.path, &mut out, &none);
+                    // A watcher gets one NodeDeleted even if it watched data and children.
+                    let seen: HashSet<i64> = out.iter().copied().collect();
+                    inner.fire(Table::Child, &c.path, &mut out, &seen);
+                }
+                EventType::NodeChildrenChanged => inner.fire(Table::Child, &c.path, &mut out, &none),
+                _ => {}
+            }
+            inner.send(&out, zxid, c.event, &c.path);
+        }
+    }
+
+    /// Removes watches of `session` at `path` of the given `WatcherType`; true if any existed.
+    /// With `dry_run` only checks (`checkWatches`).
+    pub fn remove(&self, session: i64, path: &str, watcher_type: jute::WatcherType, dry_run: bool) -> bool {
+        use jute::WatcherType as W;
+        let mut inner = self.lock();
+        let mut found = false;
+        let wanted: &[(Table, &[Mode])] = match watcher_type {
+            W::Children => &[(Table::Child, &[Mode::Standard])],
+            W::Data => &[(Table::Data, &[Mode::Standard])],
+            W::Any => &[
+                (Table::Child, &[Mode::Standard, Mode::Persistent]),
+                (Table::Data, &[Mode::Standard, Mode::Persistent, Mode::Recursive]),
+            ],
+            W::Persistent => &[(Table::Child, &[Mode::Persistent]), (Table::Data, &[Mode::Persistent])],
+            W::PersistentRecursive => &[(Table::Data, &[Mode::Recursive])],
+        };
+        for (t, modes) in wanted {
+            let mut removed_recursive = false;
+            if let Some(w) = inner.table(*t).get_mut(path) {
+                if let Some(m) = w.get(&session).copied() {
+                    if modes.contains(&m) {
+                        found = true;
+                        if !dry_run {
+                            w.remove(&session);
+                            removed_recursive = m == Mode::Recursive;
+                        }
+                    }
+                }
+                if w.is_empty() {
+                    inner.table(*t).remove(path);
+                }
+            }
+            if removed_recursive {
+                inner.recursive -= 1;
+            }
+        }
+        found
+    }
+
+    /// `setWatches`/`setWatches2` on reconnect (`DataTree.setWatches`): fires what changed
+    /// since `relative_zxid`, re-registers the rest. Returns how many events were queued.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_watches(
+        &self,
+        tree: &DataTree,
+        session: i64,
+        relative_zxid: i64,
+        data: &[String],
+        exist: &[String],
+        child: &[String],
+        persistent: &[String],
+        recursive: &[String],
+    ) {
+        let zxid = tree.last_zxid();
+        let mut inner = self.lock();
+        for p in data {
+            match tree.node(p) {
+                None => inner.send(&[session], zxid, EventType::NodeDeleted, p),
+                Some(n) if n.stat.mzxid > relative_zxid => inner.send(&[session], zxid, EventType::NodeDataChanged, p),
+                Some(_) => inner.add(Table::Data, p, session, Mode::Standard),
+            }
+        }
+        for p in exist {
+            match tree.node(p) {
+                Some(_) => inner.send(&[session], zxid, EventType::NodeCreated, p),
+                None => inner.add(Table::Data, p, session, Mode::Standard),
+            }
+        }
+        for p in child {
+            match tree.node(p) {
+                None => inner.send(&[session], zxid, EventType::NodeDeleted, p),
+                Some(n) if n.stat.pzxid > relative_zxid => {
+                    inner.send(&[session], zxid, EventType::NodeChildrenChanged, p)
+                }
+                Some(_) => inner.add(Table::Child, p, session, Mode::Standard),
+            }
+        }
+        for p in persistent {
+            inner.add(Table::Data, p, session, Mode::Persistent);
+            inner.add(Table::Child, p, session, Mode::Persistent);
+        }
+        for p in recursive {
+            inner.add(Table::Data, p, session, Mode::Recursive);
+        }
+    }
+
+    /// Number of (path, session) registrations (`watch_count`).
+    pub fn count(&self) -> usize {
+        let inner = self.lock();
+        inner.data.values().map(HashMap::len).sum::<usize>() + inner.child.values().map(HashMap::len).sum::<usize>()
+    }
+}
+
+impl ApplyHook for WatchManager {
+    fn applied(&self, zxid: i64, _session_id: i64, changes: &[Change]) {
+        self.trigger(zxid, changes);
+    }
+}
