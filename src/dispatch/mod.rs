@@ -397,7 +397,14 @@ impl Dispatcher {
             Request::WhoAmI => reply(Ok(Response::WhoAmI(jute::WhoAmIResponse {
                 client_info: ids
                     .iter()
-                    .map(|i| jute::ClientInfo { auth_scheme: i.scheme.clone(), user: i.id.clone() })
+                    .map(|i| jute::ClientInfo {
+                        auth_scheme: i.scheme.clone(),
+                        // DigestAuthenticationProvider.getUserName: the user part only.
+                        user: match i.scheme.as_str() {
+                            "digest" => i.id.split(':').next().unwrap_or("").to_owned(),
+                            _ => i.id.clone(),
+                        },
+                    })
                     .collect(),
             }))),
             Request::Sasl(_) => Reply::error(zxid, ErrorCode::AuthFailed),

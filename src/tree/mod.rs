@@ -134,7 +134,11 @@ impl Node {
             version: s.version,
             cversion: s.cversion,
             aversion: s.aversion,
-            ephemeral_owner: s.ephemeral_owner,
+            // DataNode.getClientEphemeralOwner: containers and TTL nodes show 0 to clients.
+            ephemeral_owner: match kind_of(s.ephemeral_owner) {
+                NodeKind::Ephemeral(owner) => owner,
+                _ => 0,
+            },
             data_length: self.data.as_ref().map_or(0, |d| d.len() as i32),
             num_children: self.children.len() as i32,
             pzxid: s.pzxid,
@@ -305,10 +309,18 @@ impl DataTree {
         Ok((node.children.iter().cloned().collect(), node.stat()))
     }
 
-    /// `getACL`: needs READ or ADMIN (ZooKeeper 3.8's `FinalRequestProcessor`).
+    /// `getACL`: needs READ or ADMIN; without ADMIN, digest ids are shown as `user:x`
+    /// (ZooKeeper 3.8's `FinalRequestProcessor`, getACL case).
     pub fn get_acl(&self, path: &str, ids: &[AuthId]) -> Result<(Vec<AclEntry>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ | jute::perms::ADMIN, ids)?;
-        Ok((node.acl.clone(), node.stat()))
+        let mut acl = node.acl.clone();
+        if !acl::allowed(&node.acl, jute::perms::ADMIN, ids) {
+            for a in acl.iter_mut().filter(|a| a.id.scheme == "digest") {
+                let user = a.id.id.split(':').next().unwrap_or("").to_owned();
+                a.id.id = format!("{user}:x");
+            }
+        }
+        Ok((acl, node.stat()))
     }
 
     /// `getAllChildrenNumber`: every descendant of `path`.

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test Warden has, installing what it needs on a fresh Debian machine:
+#  1. unit, property and golden-frame tests (cargo test --workspace),
+#  2. clippy and rustfmt checks,
+#  3. the black-box compat suite: zkCli, kazoo, Curator, the C client and a differential
+#     run against Apache ZooKeeper 3.8, all against a real Warden process (compat-tests/).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+cargo build --workspace --all-targets
+cargo test --workspace
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+WARDEN_BIN="$PWD/target/debug/warden" bash compat-tests/run.sh
