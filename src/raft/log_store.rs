@@ -213,7 +213,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
-        let bytes = encode(&Some(log_id))?;
+        let bytes = encode(&log_id)?;
         let txn = self.db.begin_write().map_err(write_err)?;
         {
             let mut meta = txn.open_table(META).map_err(write_err)?;
