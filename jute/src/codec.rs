@@ -70,7 +70,12 @@ pub enum CodecError {
     Io(#[from] io::Error),
     /// A length prefix was negative or above the maximum ("Len error" in ZooKeeper).
     #[error("frame length {length} is outside 0..={max}")]
-    FrameLength { length: i64, max: usize },
+    FrameLength {
+        /// The length read.
+        length: i64,
+        /// The configured maximum.
+        max: usize,
+    },
     /// The handshake frame was not a valid `ConnectRequest`.
     #[error("bad ConnectRequest: {0}")]
     Connect(DecodeError),
@@ -115,11 +120,21 @@ fn put_frame(dst: &mut BytesMut, body_len: usize, write: impl FnOnce(&mut BytesM
 pub enum ClientMessage {
     /// A four-letter word as the first bytes of the connection. `stmk` carries its 8-byte
     /// argument in `arg`.
-    FourLetterWord { word: [u8; 4], arg: Option<[u8; 8]> },
+    FourLetterWord {
+        /// The word's bytes.
+        word: [u8; 4],
+        /// `stmk`'s argument.
+        arg: Option<[u8; 8]>,
+    },
     /// The handshake.
     Connect(ConnectRequest),
     /// A request.
-    Request { header: RequestHeader, request: Request },
+    Request {
+        /// The header.
+        header: RequestHeader,
+        /// The typed body.
+        request: Request,
+    },
     /// A request whose header was readable but whose body or opcode was not; ZooKeeper answers
     /// these with an error code and keeps the connection.
     Malformed(MalformedRequest),
@@ -131,7 +146,12 @@ pub enum ServerMessage {
     /// The handshake answer (no `ReplyHeader`).
     Connect(ConnectResponse),
     /// A reply or notification.
-    Reply { header: ReplyHeader, response: Response },
+    Reply {
+        /// The header.
+        header: ReplyHeader,
+        /// The body.
+        response: Response,
+    },
     /// Raw bytes with no framing (four-letter-word output).
     Raw(Bytes),
 }
@@ -233,7 +253,12 @@ pub enum ClientOutgoing {
     /// The handshake.
     Connect(ConnectRequest),
     /// A request with its xid.
-    Request { xid: i32, request: Request },
+    Request {
+        /// The request's xid.
+        xid: i32,
+        /// The request.
+        request: Request,
+    },
 }
 
 /// What a client receives.
@@ -242,7 +267,12 @@ pub enum ServerIncoming {
     /// The handshake answer.
     Connect(ConnectResponse),
     /// A reply (matched to its request's opcode by xid) or a notification (xid -1).
-    Reply { header: ReplyHeader, response: Response },
+    Reply {
+        /// The header.
+        header: ReplyHeader,
+        /// The body.
+        response: Response,
+    },
 }
 
 /// The client side of a connection: remembers each outstanding xid's opcode so replies decode

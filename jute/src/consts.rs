@@ -29,7 +29,7 @@ macro_rules! jute_enum {
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(i32)]
         pub enum $name {
-            $( $(#[$vmeta])* $variant = $value, )+
+            $( $(#[$vmeta])* #[doc = concat!("`", $label, "` = ", stringify!($value))] $variant = $value, )+
         }
 
         impl $name {

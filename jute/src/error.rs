@@ -14,17 +14,32 @@ use nom::error::ParseError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeErrorKind {
     /// The frame ended before a fixed-size value (`needed` bytes) could be read.
-    Truncated { needed: usize, available: usize },
+    Truncated {
+        /// Bytes the value needs.
+        needed: usize,
+        /// Bytes left in the frame.
+        available: usize,
+    },
     /// A length prefix was negative but not the null marker `-1`.
     NegativeLength(i32),
     /// A length prefix (or vector count) promised more bytes than the frame has left.
-    LengthExceedsFrame { length: usize, available: usize },
+    LengthExceedsFrame {
+        /// The length read.
+        length: usize,
+        /// Bytes left in the frame.
+        available: usize,
+    },
     /// A `ustring` was not valid UTF-8.
     InvalidUtf8,
     /// A boolean byte other than 0 or 1.
     InvalidBool(u8),
     /// An integer that is not a known value of a protocol enum.
-    UnknownValue { what: &'static str, value: i32 },
+    UnknownValue {
+        /// The enum.
+        what: &'static str,
+        /// The value read.
+        value: i32,
+    },
     /// The record was complete but the frame had bytes left over.
     TrailingBytes(usize),
     /// A structural rule of the protocol was broken (e.g. a multi op of a forbidden type).

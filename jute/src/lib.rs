@@ -23,6 +23,8 @@
 //! byte string decodes to a value or a [`DecodeError`] naming the record and field, and no
 //! length read from the wire allocates more than the frame holds.
 
+#![warn(missing_docs)]
+
 pub mod codec;
 pub mod consts;
 pub mod error;

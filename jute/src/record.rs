@@ -298,7 +298,7 @@ macro_rules! jute_record {
         #[derive(Debug, Clone, PartialEq, Eq, Default)]
         #[cfg_attr(feature = "serde", derive(::serde::Serialize, ::serde::Deserialize))]
         pub struct $name {
-            $( $(#[$fmeta])* pub $field: $ty, )+
+            $( $(#[$fmeta])* #[doc = concat!("jute field `", stringify!($field), "`.")] pub $field: $ty, )+
         }
 
         impl $crate::record::JuteField for $name {

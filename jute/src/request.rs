@@ -20,14 +20,23 @@ use crate::record::Record;
 /// One operation inside a `multi` (writes) or `multiRead` (reads).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MultiOp {
+    /// `Create` (inside a multi).
     Create(CreateRequest),
+    /// `Create2` (inside a multi).
     Create2(CreateRequest),
+    /// `CreateContainer` (inside a multi).
     CreateContainer(CreateRequest),
+    /// `CreateTtl` (inside a multi).
     CreateTtl(CreateTtlRequest),
+    /// `Delete` (inside a multi).
     Delete(DeleteRequest),
+    /// `SetData` (inside a multi).
     SetData(SetDataRequest),
+    /// `Check` (inside a multi).
     Check(CheckVersionRequest),
+    /// `GetChildren` (inside a multi).
     GetChildren(GetChildrenRequest),
+    /// `GetData` (inside a multi).
     GetData(GetDataRequest),
 }
 
@@ -68,35 +77,65 @@ impl MultiOp {
 /// A client request body, by opcode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
+    /// `Create` (opcode create).
     Create(CreateRequest),
+    /// `Delete` (opcode delete).
     Delete(DeleteRequest),
+    /// `Exists` (opcode exists).
     Exists(ExistsRequest),
+    /// `GetData` (opcode get_data).
     GetData(GetDataRequest),
+    /// `SetData` (opcode set_data).
     SetData(SetDataRequest),
+    /// `GetAcl` (opcode get_acl).
     GetAcl(GetAclRequest),
+    /// `SetAcl` (opcode set_acl).
     SetAcl(SetAclRequest),
+    /// `GetChildren` (opcode get_children).
     GetChildren(GetChildrenRequest),
+    /// `Sync` (opcode sync).
     Sync(SyncRequest),
+    /// `Ping` (opcode ping).
     Ping,
+    /// `GetChildren2` (opcode get_children2).
     GetChildren2(GetChildren2Request),
+    /// `Check` (opcode check).
     Check(CheckVersionRequest),
+    /// `Multi` (opcode multi).
     Multi(Vec<MultiOp>),
+    /// `Create2` (opcode create2).
     Create2(CreateRequest),
+    /// `Reconfig` (opcode reconfig).
     Reconfig(ReconfigRequest),
+    /// `CheckWatches` (opcode check_watches).
     CheckWatches(CheckWatchesRequest),
+    /// `RemoveWatches` (opcode remove_watches).
     RemoveWatches(RemoveWatchesRequest),
+    /// `CreateContainer` (opcode create_container).
     CreateContainer(CreateRequest),
+    /// `DeleteContainer` (opcode delete_container).
     DeleteContainer(DeleteRequest),
+    /// `CreateTtl` (opcode create_ttl).
     CreateTtl(CreateTtlRequest),
+    /// `MultiRead` (opcode multi_read).
     MultiRead(Vec<MultiOp>),
+    /// `Auth` (opcode auth).
     Auth(AuthPacket),
+    /// `SetWatches` (opcode set_watches).
     SetWatches(SetWatches),
+    /// `Sasl` (opcode sasl).
     Sasl(GetSaslRequest),
+    /// `GetEphemerals` (opcode get_ephemerals).
     GetEphemerals(GetEphemeralsRequest),
+    /// `GetAllChildrenNumber` (opcode get_all_children_number).
     GetAllChildrenNumber(GetAllChildrenNumberRequest),
+    /// `SetWatches2` (opcode set_watches2).
     SetWatches2(SetWatches2),
+    /// `AddWatch` (opcode add_watch).
     AddWatch(AddWatchRequest),
+    /// `WhoAmI` (opcode who_am_i).
     WhoAmI,
+    /// `CloseSession` (opcode close_session).
     CloseSession,
 }
 

@@ -22,7 +22,12 @@ pub enum MultiResult {
     /// A `create` result (header type 1).
     Create(CreateResponse),
     /// A create with a `Stat` (`op` is the header type: create2, createTTL or createContainer).
-    Create2 { op: OpCode, response: Create2Response },
+    Create2 {
+        /// The header type.
+        op: OpCode,
+        /// The result.
+        response: Create2Response,
+    },
     /// A `delete` result.
     Delete,
     /// A `setData` result.
@@ -42,23 +47,37 @@ pub enum MultiResult {
 pub enum Response {
     /// No body: errors, delete, setWatches, auth, ping, closeSession, check/removeWatches.
     Empty,
+    /// The reply body of `Create`.
     Create(CreateResponse),
+    /// The reply body of `Create2`.
     Create2(Create2Response),
+    /// The reply body of `Exists`.
     Exists(ExistsResponse),
+    /// The reply body of `GetData`.
     GetData(GetDataResponse),
     /// setData, and a standalone `check`.
     SetData(SetDataResponse),
+    /// The reply body of `GetAcl`.
     GetAcl(GetAclResponse),
+    /// The reply body of `SetAcl`.
     SetAcl(SetAclResponse),
+    /// The reply body of `GetChildren`.
     GetChildren(GetChildrenResponse),
+    /// The reply body of `GetChildren2`.
     GetChildren2(GetChildren2Response),
+    /// The reply body of `Sync`.
     Sync(SyncResponse),
+    /// The reply body of `Multi`.
     Multi(Vec<MultiResult>),
+    /// The reply body of `Sasl`.
     Sasl(SetSaslResponse),
+    /// The reply body of `GetEphemerals`.
     GetEphemerals(GetEphemeralsResponse),
+    /// The reply body of `GetAllChildrenNumber`.
     GetAllChildrenNumber(GetAllChildrenNumberResponse),
     /// addWatch answers with an `ErrorResponse{0}`.
     AddWatch(ErrorResponse),
+    /// The reply body of `WhoAmI`.
     WhoAmI(WhoAmIResponse),
     /// The body of a watch notification (xid -1).
     Notification(WatcherEvent),
