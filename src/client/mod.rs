@@ -199,7 +199,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
     let (close_tx, mut close_rx) = oneshot::channel();
     d.sessions.attach(session_id, timeout, conn_id, close_tx);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    d.watches.connect(session_id, ev_tx.clone());
+    d.watches.connect(session_id, ev_tx.clone(), vec![ip.clone()]);
     let resp = ConnectResponse {
         protocol_version: 0,
         time_out: timeout,
@@ -284,6 +284,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
                                     caller.auth.push(id);
                                 }
                             }
+                            d.watches.set_auth(session_id, caller.auth.clone());
                             let reply = Reply { zxid: d.last_zxid(), err: ErrorCode::Ok, response: Response::Empty };
                             jobs.push_back(futures::future::ready((xid, reply, false)).boxed());
                         }

@@ -276,12 +276,12 @@ impl Dispatcher {
         Reply { zxid, err: ErrorCode::Ok, response }
     }
 
-    /// Fixes the multi reply shape: ZooKeeper answers plain `create` ops inside a multi with a
-    /// path-only result.
+    /// Fixes the multi reply shape: ZooKeeper 3.8 answers `create` and `create2` ops inside a
+    /// multi with a path-only result (type 1), and createTTL/createContainer with type 15.
     pub fn shape_multi(&self, request: &Request, reply: &mut Reply) {
         if let (Request::Multi(ops), Response::Multi(results)) = (request, &mut reply.response) {
             for (op, r) in ops.iter().zip(results.iter_mut()) {
-                if let (MultiOp::Create(_), MultiResult::Create2 { response, .. }) = (op, &*r) {
+                if let (MultiOp::Create(_) | MultiOp::Create2(_), MultiResult::Create2 { response, .. }) = (op, &*r) {
                     *r = MultiResult::Create(jute::CreateResponse { path: response.path.clone() });
                 }
             }

@@ -115,8 +115,13 @@ impl LogStore {
     }
 
     fn put_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StorageError> {
+        self.put_meta_with(key, value, redb::Durability::Immediate)
+    }
+
+    fn put_meta_with<T: Serialize>(&self, key: &str, value: &T, d: redb::Durability) -> Result<(), StorageError> {
         let bytes = encode(value)?;
-        let txn = self.db.begin_write().map_err(write_err)?;
+        let mut txn = self.db.begin_write().map_err(write_err)?;
+        txn.set_durability(d).map_err(write_err)?;
         {
             let mut table = txn.open_table(META).map_err(write_err)?;
             table.insert(key, bytes.as_slice()).map_err(write_err)?;
@@ -168,7 +173,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
-        self.put_meta("committed", &committed)
+        // Not durable on its own (no fsync): the committed index only shortens replay after a
+        // restart, and the next durable append or vote commit makes it durable anyway.
+        self.put_meta_with("committed", &committed, redb::Durability::None)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError> {

@@ -132,7 +132,9 @@ impl Node {
             ctime: s.ctime,
             mtime: s.mtime,
             version: s.version,
-            cversion: s.cversion,
+            // DataNode.copyStat: the stored cversion counts creates; clients see creates plus
+            // deletes, i.e. 2 * creates - children (so a fresh /zookeeper shows -2).
+            cversion: s.cversion.wrapping_mul(2).wrapping_sub(self.children.len() as i32),
             aversion: s.aversion,
             // DataNode.getClientEphemeralOwner: containers and TTL nodes show 0 to clients.
             ephemeral_owner: match kind_of(s.ephemeral_owner) {
@@ -159,11 +161,14 @@ pub struct SessionEntry {
     pub ephemerals: OrdSet<String>,
 }
 
-/// A change that watches fire on: the event type and the path it is reported for.
+/// A change that watches fire on: the event type, the path it is reported for, and the ACL
+/// a watcher needs READ on to be told (the node's, or the parent's for NodeChildrenChanged),
+/// as ZooKeeper 3.8's `WatchManager.triggerWatch` checks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub event: EventType,
     pub path: String,
+    pub acl: Vec<AclEntry>,
 }
 
 /// `checkAndIncVersion`: `-1` matches anything; the increment wraps past `i32::MAX` to 0
@@ -436,8 +441,9 @@ impl DataTree {
                 node.stat.mzxid = zxid;
                 node.stat.mtime = txn.time_ms;
                 let stat = node.stat();
+                let acl = node.acl.clone();
                 self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
-                changes.push(Change { event: EventType::NodeDataChanged, path: path.clone() });
+                changes.push(Change { event: EventType::NodeDataChanged, path: path.clone(), acl });
                 Ok(TxnOutput::Stat(stat))
             }
             TxnOp::SetAcl { path, acl: requested, version } => {
@@ -508,7 +514,9 @@ impl DataTree {
         let node = Node::new(op.data.clone(), fixed_acl, zxid, txn.time_ms, owner);
         let stat = node.stat();
         let name = path::name(&path).to_owned();
+        let node_acl = node.acl.clone();
         let parent = self.nodes.get_mut(parent_path).ok_or(TreeError::NoNode)?;
+        let parent_acl = parent.acl.clone();
         parent.children.insert(name);
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
         parent.stat.pzxid = zxid;
@@ -525,8 +533,8 @@ impl DataTree {
             }
             NodeKind::Normal => {}
         }
-        changes.push(Change { event: EventType::NodeCreated, path: path.clone() });
-        changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path.to_owned() });
+        changes.push(Change { event: EventType::NodeCreated, path: path.clone(), acl: node_acl });
+        changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path.to_owned(), acl: parent_acl });
         Ok(TxnOutput::Created { path, stat })
     }
 
@@ -574,14 +582,16 @@ impl DataTree {
             NodeKind::Normal => {}
         }
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
+        let mut parent_acl = Vec::new();
         if let Some(parent) = self.nodes.get_mut(&parent_path) {
+            parent_acl = parent.acl.clone();
             parent.children.remove(path::name(path));
             if zxid > parent.stat.pzxid {
                 parent.stat.pzxid = zxid;
             }
         }
-        changes.push(Change { event: EventType::NodeDeleted, path: path.to_owned() });
-        changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path });
+        changes.push(Change { event: EventType::NodeDeleted, path: path.to_owned(), acl: node.acl });
+        changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path, acl: parent_acl });
     }
 }
 

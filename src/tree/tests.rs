@@ -28,7 +28,7 @@ fn sequential_names_and_parent_stat() {
     let (r, _) = t.apply(7, &txn(0, create("/a/s-", 2)));
     assert!(matches!(r, Ok(TxnOutput::Created { ref path, .. }) if path == "/a/s-0000000001"));
     let stat = t.exists("/a").unwrap();
-    assert_eq!((stat.cversion, stat.num_children, stat.pzxid), (2, 2, 7));
+    assert_eq!((stat.cversion, stat.num_children, stat.pzxid), (2, 2, 7)); // 2 creates, 0 deletes
     assert_eq!(t.apply(8, &txn(0, create("/a", 0))).0, Err(TreeError::NodeExists));
     assert_eq!(t.apply(9, &txn(0, create("/x/y", 0))).0, Err(TreeError::NoNode));
     assert_eq!(t.apply(10, &txn(0, TxnOp::Delete { path: "/a".into(), version: -1 })).0, Err(TreeError::NotEmpty));
@@ -59,12 +59,15 @@ fn multi_is_all_or_nothing() {
 #[test]
 fn session_close_removes_ephemerals() {
     let mut t = DataTree::new();
-    let _ = t.apply(1, &txn(0, TxnOp::CreateSession { session_id: 7, timeout_ms: 4000, passwd: Bytes::from_static(&[0; 16]) }));
+    let _ = t.apply(
+        1,
+        &txn(0, TxnOp::CreateSession { session_id: 7, timeout_ms: 4000, passwd: Bytes::from_static(&[0; 16]) }),
+    );
     let _ = t.apply(2, &txn(7, create("/e", 1)));
     assert_eq!(t.exists("/e").unwrap().ephemeral_owner, 7);
     assert_eq!(t.apply(3, &txn(7, create("/e/c", 0))).0, Err(TreeError::NoChildrenForEphemerals));
     assert_eq!(t.ephemerals(7, "/"), vec!["/e".to_string()]);
     let (_, changes) = t.apply(4, &txn(0, TxnOp::CloseSession { session_id: 7 }));
-    assert_eq!(changes[0], Change { event: EventType::NodeDeleted, path: "/e".into() });
+    assert_eq!(changes[0], Change { event: EventType::NodeDeleted, path: "/e".into(), acl: AclEntry::open() });
     assert_eq!(t.exists("/e"), Err(TreeError::NoNode));
 }

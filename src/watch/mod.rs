@@ -17,6 +17,9 @@ use jute::WatcherEvent;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::raft::state_machine::ApplyHook;
+use crate::tree::acl;
+use crate::tree::acl::AclEntry;
+use crate::tree::acl::AuthId;
 use crate::tree::path;
 use crate::tree::Change;
 use crate::tree::DataTree;
@@ -51,6 +54,9 @@ struct Inner {
     data: HashMap<String, HashMap<i64, Mode>>,
     child: HashMap<String, HashMap<i64, Mode>>,
     senders: HashMap<i64, UnboundedSender<Event>>,
+    /// Each connected session's identities: a watcher is told of a change only if it may READ
+    /// the node (ZooKeeper 3.8 `WatchManager.triggerWatch` with an ACL).
+    auth: HashMap<i64, Vec<AuthId>>,
     recursive: usize,
 }
 
@@ -113,6 +119,15 @@ impl Inner {
         }
     }
 
+    fn send_checked(&self, sessions: &[i64], zxid: i64, event: EventType, path: &str, node_acl: &[AclEntry]) {
+        let allowed: Vec<i64> = sessions
+            .iter()
+            .copied()
+            .filter(|s| acl::allowed(node_acl, jute::perms::READ, self.auth.get(s).map_or(&[][..], Vec::as_slice)))
+            .collect();
+        self.send(&allowed, zxid, event, path);
+    }
+
     fn send(&self, sessions: &[i64], zxid: i64, event: EventType, path: &str) {
         for s in sessions {
             if let Some(tx) = self.senders.get(s) {
@@ -142,8 +157,15 @@ impl WatchManager {
     }
 
     /// Attaches a connection: events for `session` go to `tx` from now on.
-    pub fn connect(&self, session: i64, tx: UnboundedSender<Event>) {
-        self.lock().senders.insert(session, tx);
+    pub fn connect(&self, session: i64, tx: UnboundedSender<Event>, auth: Vec<AuthId>) {
+        let mut inner = self.lock();
+        inner.senders.insert(session, tx);
+        inner.auth.insert(session, auth);
+    }
+
+    /// The session's identities changed (`addauth`).
+    pub fn set_auth(&self, session: i64, auth: Vec<AuthId>) {
+        self.lock().auth.insert(session, auth);
     }
 
     /// Drops every watch of `session` (its connection closed), if `tx` is still its sender.
@@ -151,6 +173,7 @@ impl WatchManager {
         let mut inner = self.lock();
         if inner.senders.get(&session).is_some_and(|t| t.same_channel(tx)) {
             inner.senders.remove(&session);
+            inner.auth.remove(&session);
             let mut removed_recursive = 0;
             for t in [Table::Data, Table::Child] {
                 inner.table(t).retain(|_, w| {
@@ -207,7 +230,7 @@ impl WatchManager {
                 EventType::NodeChildrenChanged => inner.fire(Table::Child, &c.path, &mut out, &none),
                 _ => {}
             }
-            inner.send(&out, zxid, c.event, &c.path);
+            inner.send_checked(&out, zxid, c.event, &c.path, &c.acl);
         }
     }
 
