@@ -75,6 +75,8 @@ pub enum TxnOp {
     DeleteContainer {
         path: String,
     },
+    /// An op that prep already refused, kept in its multi so the multi reports it per op.
+    Fail(TreeError),
 }
 
 /// The result of one op inside a multi.

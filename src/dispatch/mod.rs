@@ -98,6 +98,15 @@ pub fn error_code(e: TreeError) -> ErrorCode {
     }
 }
 
+/// The inverse of [`error_code`] for the codes prep refuses with before the log.
+fn tree_error(code: ErrorCode) -> TreeError {
+    match code {
+        ErrorCode::Unimplemented => TreeError::Unimplemented,
+        ErrorCode::InvalidAcl => TreeError::InvalidAcl,
+        _ => TreeError::BadArguments,
+    }
+}
+
 /// A proposal failure as the client sees it: the connection is in doubt.
 pub fn propose_error_code(_e: &ProposeError) -> ErrorCode {
     ErrorCode::ConnectionLoss
@@ -214,11 +223,13 @@ impl Dispatcher {
             ),
             Request::Check(r) => write(Ok(TxnOp::Check { path: r.path.clone(), version: r.version }), OpCode::Check),
             Request::Multi(ops) => {
-                // Prep failures inside a multi are reported per op, like apply failures.
-                match ops.iter().map(|op| self.prep_multi_op(op)).collect::<Result<Vec<_>, _>>() {
-                    Ok(txn_ops) => Prepped::Write(self.txn(caller, TxnOp::Multi(txn_ops)), OpCode::Multi),
-                    Err(e) => Prepped::Refuse(e),
-                }
+                // Prep failures inside a multi are reported per op, like apply failures, and the
+                // multi still takes a zxid (ZooKeeper logs it as an error txn).
+                let txn_ops = ops
+                    .iter()
+                    .map(|op| self.prep_multi_op(op).unwrap_or_else(|code| TxnOp::Fail(tree_error(code))))
+                    .collect();
+                Prepped::Write(self.txn(caller, TxnOp::Multi(txn_ops)), OpCode::Multi)
             }
             Request::CloseSession => {
                 write(Ok(TxnOp::CloseSession { session_id: caller.session_id }), OpCode::CloseSession)

@@ -469,6 +469,7 @@ impl DataTree {
                 Ok(TxnOutput::Checked(node.stat()))
             }
             TxnOp::Multi(_) => Err(TreeError::BadArguments),
+            TxnOp::Fail(e) => Err(*e),
             TxnOp::DeleteContainer { path } => {
                 if !self.is_reapable(path, txn.time_ms) {
                     return Err(TreeError::NotEmpty);
