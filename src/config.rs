@@ -42,6 +42,8 @@ pub struct Config {
     pub admin_enable: bool,
     pub admin_address: IpAddr,
     pub admin_port: u16,
+    /// Bearer token that mutating admin endpoints require (`admin.authToken`, Warden's own key).
+    pub admin_token: Option<String>,
     pub metrics_enable: bool,
     pub metrics_host: IpAddr,
     pub metrics_port: u16,
@@ -70,9 +72,10 @@ impl Default for Config {
             autopurge_snap_retain_count: 3,
             autopurge_purge_interval_h: 0,
             four_letter_whitelist: Some(vec!["srvr".into()]),
-            admin_enable: false,
+            admin_enable: true,
             admin_address: IpAddr::from([127, 0, 0, 1]),
             admin_port: 8080,
+            admin_token: None,
             metrics_enable: true,
             metrics_host: IpAddr::from([127, 0, 0, 1]),
             metrics_port: 7000,
@@ -125,7 +128,8 @@ pub fn read_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigEr
 impl Config {
     /// Applies zoo.cfg properties over the defaults.
     pub fn from_properties(props: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
-        let mut c = Config::default();
+        // With a zoo.cfg, metrics are served when it names the Prometheus provider, as in ZooKeeper.
+        let mut c = Config { metrics_enable: false, ..Config::default() };
         let mut min_set = None;
         let mut max_set = None;
         let mut data_log_set = false;
@@ -164,6 +168,7 @@ impl Config {
                 "admin.enableServer" => c.admin_enable = parse_bool(raw_key, value)?,
                 "admin.serverAddress" => c.admin_address = parse(raw_key, value)?,
                 "admin.serverPort" => c.admin_port = parse(raw_key, value)?,
+                "admin.authToken" => c.admin_token = Some(value.clone()).filter(|t| !t.is_empty()),
                 "metricsProvider.className" => {
                     c.metrics_enable = value.contains("PrometheusMetricsProvider");
                 }

@@ -43,6 +43,7 @@ fn now_ms() -> i64 {
 /// Runs a standalone server until a shutdown signal.
 pub async fn run(config: Config) -> Result<(), ServerError> {
     let config = Arc::new(config);
+    let metrics_handle = if config.metrics_enable { crate::admin::metrics::install() } else { None };
     for dir in [&config.data_dir, &config.data_log_dir] {
         std::fs::create_dir_all(dir)
             .map_err(|source| ServerError::DataDir { path: dir.display().to_string(), source })?;
@@ -81,8 +82,9 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         .map_err(|e| ServerError::Raft(e.to_string()))?;
 
     let sessions = Arc::new(SessionTracker::new(id));
+    let stats = Arc::new(crate::client::stats::ServerStats::default());
     let dispatcher =
-        Dispatcher { raft: raft.clone(), shared: shared.clone(), watches, sessions, config: config.clone() };
+        Dispatcher { raft: raft.clone(), shared: shared.clone(), watches, sessions, config: config.clone(), stats };
 
     let addr = SocketAddr::new(config.client_port_address, config.client_port);
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Listen { addr, source })?;
@@ -91,6 +93,14 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let expiry = tokio::spawn(expire_sessions(dispatcher.clone(), stop_rx.clone()));
     let reaper = tokio::spawn(reap_containers(dispatcher.clone(), stop_rx.clone()));
+    let admin = config.admin_enable.then(|| {
+        let addr = SocketAddr::new(config.admin_address, config.admin_port);
+        tokio::spawn(crate::admin::http::serve(addr, dispatcher.clone(), stop_rx.clone()))
+    });
+    let exporter = metrics_handle.map(|h| {
+        let addr = SocketAddr::new(config.metrics_host, config.metrics_port);
+        tokio::spawn(crate::admin::metrics::serve(addr, dispatcher.clone(), h, stop_rx.clone()))
+    });
     let clients = tokio::spawn(crate::client::listen(listener, dispatcher, stop_rx));
 
     shutdown_signal().await;
@@ -99,6 +109,9 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let _ = clients.await;
     let _ = expiry.await;
     let _ = reaper.await;
+    for task in [admin, exporter].into_iter().flatten() {
+        let _ = task.await;
+    }
     tracing::info!("stopping raft");
     let _ = raft.shutdown().await;
     tracing::info!("stopped");

@@ -211,7 +211,9 @@ impl Decoder for ServerCodec {
                 let Some(frame) = take_frame(src, self.max_frame)? else {
                     return Ok(None);
                 };
-                let connect = ConnectRequest::decode(&frame).map_err(CodecError::Connect)?;
+                // Bytes after the optional readOnly flag are ignored, as ZooKeeper ignores them.
+                let (_, connect) =
+                    crate::error::finish(ConnectRequest::decode_field(&frame)).map_err(CodecError::Connect)?;
                 self.state = ServerState::Session;
                 Ok(Some(ClientMessage::Connect(connect)))
             }

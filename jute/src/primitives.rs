@@ -81,16 +81,21 @@ pub fn buffer_bytes(input: &[u8]) -> IResult<'_, Option<Bytes>> {
     Ok((rest, data.map(Bytes::copy_from_slice)))
 }
 
-/// jute `ustring`: UTF-8; `None` for null.
+/// jute `ustring`: UTF-8; `None` for null. Invalid UTF-8 is decoded with replacement
+/// characters, as Java's `new String(bytes, UTF_8)` in ZooKeeper's `BinaryInputArchive` does.
 pub fn ustring(input: &[u8]) -> IResult<'_, Option<String>> {
     let (rest, data) = buffer(input)?;
-    match data {
-        None => Ok((rest, None)),
-        Some(data) => match std::str::from_utf8(data) {
-            Ok(s) => Ok((rest, Some(s.to_owned()))),
-            Err(_) => fail(DecodeErrorKind::InvalidUtf8),
-        },
+    Ok((rest, data.map(|d| String::from_utf8_lossy(d).into_owned())))
+}
+
+/// A `vector` count: `None` for null (`-1`); any other negative count is an empty vector, as
+/// in ZooKeeper's `BinaryInputArchive.startVector` (its loop runs while the count is positive).
+pub fn vector_length(input: &[u8], min_elem: usize) -> IResult<'_, Option<usize>> {
+    let (rest, len) = int(input)?;
+    if len < -1 {
+        return Ok((rest, Some(0)));
     }
+    length(input, min_elem)
 }
 
 /// Writes a jute `int`.

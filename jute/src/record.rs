@@ -10,7 +10,7 @@
 //! |------------------|-----------------------------------|-----------------------|
 //! | `i32` / `i64`    | `int` / `long`                    | —                     |
 //! | `bool`           | `boolean`                         | —                     |
-//! | `String`         | `ustring`                         | read as `""`          |
+//! | `String`         | `ustring`                         | an error              |
 //! | `Option<String>` | `ustring`                         | `None`                |
 //! | `Bytes`          | `buffer`                          | read as empty         |
 //! | `Option<Bytes>`  | `buffer`                          | `None`                |
@@ -18,9 +18,10 @@
 //! | `Option<Vec<T>>` | `vector<T>`                       | `None`                |
 //! | a record         | nested record                     | —                     |
 //!
-//! Fields whose null is meaningful in ZooKeeper (znode data, reconfig strings) use `Option`, so
-//! a null round-trips; elsewhere a null is accepted leniently as empty, the way ZooKeeper's
-//! server ends up treating it (an empty path fails path validation with `BadArguments`).
+//! Fields whose null is meaningful in ZooKeeper (znode data, ACL lists, reconfig strings) use
+//! `Option`, so a null round-trips; a null buffer or vector elsewhere is read as empty, and a
+//! null string where ZooKeeper dereferences it is an error (ZooKeeper answers it with
+//! `MarshallingError`). A vector count below -1 is an empty vector, as in ZooKeeper.
 
 use bytes::BufMut;
 use bytes::Bytes;
@@ -120,8 +121,12 @@ impl JuteField for Option<String> {
 
 impl JuteField for String {
     fn decode_field(input: &[u8]) -> IResult<'_, Self> {
-        let (rest, s) = primitives::ustring(input)?;
-        Ok((rest, s.unwrap_or_default()))
+        // ZooKeeper's server fails on a null where it expects a string (a NullPointerException
+        // answered as MarshallingError); fields that may be null are `Option<String>`.
+        match primitives::ustring(input)? {
+            (rest, Some(s)) => Ok((rest, s)),
+            (_, None) => crate::error::fail(DecodeErrorKind::Invalid("null string")),
+        }
     }
     fn encode_field(&self, buf: &mut BytesMut) {
         primitives::put_ustring(buf, Some(self));
@@ -161,7 +166,7 @@ impl JuteField for Bytes {
 
 impl<T: JuteField> JuteField for Vec<T> {
     fn decode_field(input: &[u8]) -> IResult<'_, Self> {
-        let (mut rest, count) = primitives::length(input, T::MIN_LEN.max(1))?;
+        let (mut rest, count) = primitives::vector_length(input, T::MIN_LEN.max(1))?;
         let Some(count) = count else {
             return Ok((rest, Vec::new()));
         };

@@ -161,16 +161,15 @@ pub enum RequestError {
     Body(MalformedRequest),
 }
 
+/// Decodes a request body. Bytes after the record are ignored, as ZooKeeper's server ignores
+/// them (it deserializes the record from the front of the buffer and never checks the rest).
 fn body<T: Record>(input: &[u8]) -> Result<T, DecodeError> {
-    T::decode(input)
+    finish(T::decode_field(input)).map(|(_, v)| v)
 }
 
-fn empty(input: &[u8], record: &'static str) -> Result<(), DecodeError> {
-    if input.is_empty() {
-        Ok(())
-    } else {
-        Err(DecodeError::new(DecodeErrorKind::TrailingBytes(input.len())).at(record, ""))
-    }
+/// Requests without a body: anything after the header is ignored, as in ZooKeeper.
+fn empty(_input: &[u8], _record: &'static str) -> Result<(), DecodeError> {
+    Ok(())
 }
 
 fn decode_multi(mut input: &[u8]) -> Result<Vec<MultiOp>, DecodeError> {

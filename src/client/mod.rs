@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -110,17 +111,36 @@ pub async fn listen(listener: TcpListener, dispatcher: Dispatcher, mut shutdown:
         let limits = limits.clone();
         let conn_id = next_conn.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
+            metrics::counter!(stats::names::CONNECTION_REQUESTS).increment(1);
             let Some(_slot) = limits.take(peer.ip(), d.config.max_client_cnxns) else {
                 tracing::warn!(%peer, max = d.config.max_client_cnxns, "too many connections from this address");
+                metrics::counter!(stats::names::CONNECTIONS_REJECTED, "reason" => "max_client_cnxns").increment(1);
                 return;
             };
             let _ = stream.set_nodelay(true);
-            serve(stream, peer, d, conn_id).await;
+            let cs = d.stats.open(conn_id, peer);
+            serve(stream, peer, d.clone(), conn_id, &cs).await;
+            d.stats.close(conn_id);
         });
     }
 }
 
-type Job = BoxFuture<'static, (i32, Reply, bool)>;
+pub mod stats;
+
+/// A request's reply, once ready, with what the statistics need.
+struct Done {
+    xid: i32,
+    reply: Reply,
+    close: bool,
+    op: &'static str,
+    started: Instant,
+}
+
+type Job = BoxFuture<'static, Done>;
+
+fn ready(xid: i32, reply: Reply, close: bool, op: &'static str, started: Instant) -> Job {
+    futures::future::ready(Done { xid, reply, close, op, started }).boxed()
+}
 
 fn expired_response(read_only: Option<bool>) -> ServerMessage {
     ServerMessage::Connect(ConnectResponse {
@@ -140,7 +160,7 @@ fn notification(e: Event) -> ServerMessage {
 }
 
 /// One client connection.
-async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64) {
+async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64, cs: &stats::ConnStats) {
     let max = d.config.max_buffer;
     let (rd, wr) = stream.into_split();
     let mut reader = FramedRead::new(rd, ServerCodec::new(max));
@@ -157,6 +177,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
     let req = match first {
         ClientMessage::FourLetterWord { word, .. } => {
             let text = crate::admin::four_letter(&d, &word);
+            d.stats.packet_received(cs);
             let _ = writer.send(ServerMessage::Raw(Bytes::from(text))).await;
             return;
         }
@@ -213,6 +234,8 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
         return;
     }
     tracing::debug!(%peer, session = format_args!("{session_id:#x}"), timeout, "session established");
+    cs.session_id.store(session_id, std::sync::atomic::Ordering::Relaxed);
+    cs.timeout_ms.store(i64::from(timeout), std::sync::atomic::Ordering::Relaxed);
 
     let mut caller = Caller { session_id, auth: vec![ip] };
     let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
@@ -225,16 +248,20 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
     loop {
         tokio::select! {
             biased;
-            Some((xid, reply, close)) = jobs.next() => {
+            Some(Done { xid, reply, close, op, started }) = jobs.next() => {
+                cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 while let Ok(e) = ev_rx.try_recv() {
                     events.push_back(e);
                 }
                 while events.front().is_some_and(|e| e.zxid <= reply.zxid) {
                     let Some(e) = events.pop_front() else { break };
+                    d.stats.packet_sent(None);
                     if writer.feed(notification(e)).await.is_err() {
                         break;
                     }
                 }
+                cs.replied(op, xid, reply.zxid, started);
+                d.stats.packet_sent(Some((op, started.elapsed())));
                 let msg = ServerMessage::Reply {
                     header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
                     response: reply.response,
@@ -246,6 +273,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
             Some(e) = ev_rx.recv() => {
                 events.push_back(e);
                 while let Some(e) = events.pop_front() {
+                    d.stats.packet_sent(None);
                     if writer.feed(notification(e)).await.is_err() {
                         break;
                     }
@@ -260,12 +288,21 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
                     Some(Ok(ClientMessage::Request { header, request })) => (header, request),
                     Some(Ok(ClientMessage::Malformed(m))) => {
                         tracing::debug!(%peer, error = %m, "malformed request");
-                        let code = match m.error.kind {
-                            jute::DecodeErrorKind::UnknownValue { .. } if m.error.field == "type" => ErrorCode::Unimplemented,
-                            _ => ErrorCode::MarshallingError,
-                        };
-                        let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
-                        jobs.push_back(futures::future::ready((m.header.xid, reply, false)).boxed());
+                        d.stats.packet_received(cs);
+                        cs.outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let unknown_op = matches!(m.error.kind, jute::DecodeErrorKind::UnknownValue { .. })
+                            && m.error.field == "type";
+                        if unknown_op {
+                            // UnimplementedRequestProcessor: err -6 with zxid -1, then the
+                            // connection is closed.
+                            let reply = Reply { zxid: -1, err: ErrorCode::Unimplemented, response: Response::Empty };
+                            jobs.push_back(ready(m.header.xid, reply, true, "unknown", Instant::now()));
+                            reading = false;
+                        } else {
+                            let reply =
+                                Reply { zxid: d.last_zxid(), err: ErrorCode::MarshallingError, response: Response::Empty };
+                            jobs.push_back(ready(m.header.xid, reply, false, "unknown", Instant::now()));
+                        }
                         continue;
                     }
                     Some(Err(e)) => {
@@ -275,6 +312,10 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
                     _ => break,
                 };
                 d.sessions.touch(session_id);
+                d.stats.packet_received(cs);
+                cs.outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let started = Instant::now();
+                let op = request.opcode().name();
                 let xid = header.xid;
                 if let Request::Auth(a) = &request {
                     match d.authenticate(&a.scheme, &a.auth) {
@@ -286,12 +327,12 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
                             }
                             d.watches.set_auth(session_id, caller.auth.clone());
                             let reply = Reply { zxid: d.last_zxid(), err: ErrorCode::Ok, response: Response::Empty };
-                            jobs.push_back(futures::future::ready((xid, reply, false)).boxed());
+                            jobs.push_back(ready(xid, reply, false, op, started));
                         }
                         Err(code) => {
                             // ZooKeeper answers AuthFailed and closes the connection.
                             let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
-                            jobs.push_back(futures::future::ready((xid, reply, true)).boxed());
+                            jobs.push_back(ready(xid, reply, true, op, started));
                             reading = false;
                         }
                     }
@@ -300,12 +341,12 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
                 match d.prep(&caller, &request) {
                     Prepped::Refuse(code) => {
                         let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
-                        jobs.push_back(futures::future::ready((xid, reply, false)).boxed());
+                        jobs.push_back(ready(xid, reply, false, op, started));
                     }
                     Prepped::Read => {
                         if *done_tx.borrow() >= submitted {
                             let reply = d.read(&caller, &request);
-                            jobs.push_back(futures::future::ready((xid, reply, false)).boxed());
+                            jobs.push_back(ready(xid, reply, false, op, started));
                         } else {
                             let target = submitted;
                             let mut rx = done_tx.subscribe();
@@ -314,15 +355,15 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
                             jobs.push_back(
                                 async move {
                                     let _ = rx.wait_for(|v| *v >= target).await;
-                                    (xid, d2.read(&c2, &request), false)
+                                    Done { xid, reply: d2.read(&c2, &request), close: false, op, started }
                                 }
                                 .boxed(),
                             );
                         }
                     }
-                    Prepped::Write(txn, op) => {
+                    Prepped::Write(txn, write_op) => {
                         submitted += 1;
-                        let close = op == jute::OpCode::CloseSession;
+                        let close = write_op == jute::OpCode::CloseSession;
                         if close {
                             reading = false;
                         }
@@ -332,9 +373,9 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64)
                             async move {
                                 let result = d2.propose(txn).await;
                                 done.send_modify(|v| *v += 1);
-                                let mut reply = d2.write_reply(op, result);
+                                let mut reply = d2.write_reply(write_op, result);
                                 d2.shape_multi(&request, &mut reply);
-                                (xid, reply, close)
+                                Done { xid, reply, close, op, started }
                             }
                             .boxed(),
                         );

@@ -128,6 +128,7 @@ pub struct Dispatcher {
     pub watches: Arc<WatchManager>,
     pub sessions: Arc<SessionTracker>,
     pub config: Arc<Config>,
+    pub stats: Arc<crate::client::stats::ServerStats>,
 }
 
 impl Dispatcher {
@@ -246,6 +247,20 @@ impl Dispatcher {
             Ok(resp) => Ok(resp.data),
             Err(e) => Err(ProposeError::Raft(e.to_string())),
         }
+    }
+
+    /// Expires a session through the log (admin kill): its ephemerals are deleted on every
+    /// replica, watchers are told, and its connection is closed so the client learns it is
+    /// expired when it reconnects. `Ok(false)` if there is no such session.
+    pub async fn kill_session(&self, session_id: i64) -> Result<bool, ProposeError> {
+        if self.shared.read().session(session_id).is_none() {
+            return Ok(false);
+        }
+        let txn = Txn { session_id: 0, time_ms: now_ms(), auth: vec![], op: TxnOp::CloseSession { session_id } };
+        let result = self.propose(txn).await?;
+        self.sessions.remove(session_id);
+        tracing::info!(session = format_args!("{session_id:#x}"), "session killed by the admin API");
+        Ok(result.outcome.is_ok())
     }
 
     /// Reply for a replicated write of opcode `op`.

@@ -131,6 +131,18 @@ impl SessionTracker {
         }
     }
 
+    /// How long ago each known session was last heard from, in ms.
+    pub fn last_heard_ms(&self) -> HashMap<i64, u64> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .map(|(id, l)| {
+                let heard = l.deadline.checked_sub(l.timeout).unwrap_or(now);
+                (*id, now.saturating_duration_since(heard).as_millis() as u64)
+            })
+            .collect()
+    }
+
     /// Number of sessions with a live connection here.
     pub fn connected(&self) -> usize {
         self.lock().values().filter(|l| l.owner.is_some()).count()

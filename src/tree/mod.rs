@@ -289,8 +289,17 @@ impl DataTree {
         }
     }
 
+    /// ZooKeeper also stores the root under the key `""`, so reads of `""` see the root.
+    fn read_key(path: &str) -> &str {
+        if path.is_empty() {
+            "/"
+        } else {
+            path
+        }
+    }
+
     fn read_node(&self, path: &str, perm: i32, ids: &[AuthId]) -> Result<&Node, TreeError> {
-        let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+        let node = self.nodes.get(Self::read_key(path)).ok_or(TreeError::NoNode)?;
         if !acl::allowed(&node.acl, perm, ids) {
             return Err(TreeError::NoAuth);
         }
@@ -299,7 +308,7 @@ impl DataTree {
 
     /// `exists`: the node's Stat (no ACL check, as in ZooKeeper).
     pub fn exists(&self, path: &str) -> Result<Stat, TreeError> {
-        self.nodes.get(path).map(Node::stat).ok_or(TreeError::NoNode)
+        self.nodes.get(Self::read_key(path)).map(Node::stat).ok_or(TreeError::NoNode)
     }
 
     /// `getData`.
@@ -332,7 +341,7 @@ impl DataTree {
     pub fn all_children_number(&self, path: &str, ids: &[AuthId]) -> Result<i32, TreeError> {
         self.read_node(path, jute::perms::READ, ids)?;
         let mut count = 0i64;
-        let mut stack = vec![path.to_owned()];
+        let mut stack = vec![Self::read_key(path).to_owned()];
         while let Some(p) = stack.pop() {
             if let Some(n) = self.nodes.get(&p) {
                 for c in &n.children {

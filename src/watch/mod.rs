@@ -320,6 +320,32 @@ impl WatchManager {
         }
     }
 
+    /// Watched paths per session, both tables merged (`wchc`).
+    pub fn by_session(&self) -> std::collections::BTreeMap<i64, std::collections::BTreeSet<String>> {
+        let inner = self.lock();
+        let mut out: std::collections::BTreeMap<i64, std::collections::BTreeSet<String>> = Default::default();
+        for table in [&inner.data, &inner.child] {
+            for (path, w) in table {
+                for s in w.keys() {
+                    out.entry(*s).or_default().insert(path.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Watching sessions per path, both tables merged (`wchp`).
+    pub fn by_path(&self) -> std::collections::BTreeMap<String, std::collections::BTreeSet<i64>> {
+        let inner = self.lock();
+        let mut out: std::collections::BTreeMap<String, std::collections::BTreeSet<i64>> = Default::default();
+        for table in [&inner.data, &inner.child] {
+            for (path, w) in table {
+                out.entry(path.clone()).or_default().extend(w.keys().copied());
+            }
+        }
+        out
+    }
+
     /// Number of (path, session) registrations (`watch_count`).
     pub fn count(&self) -> usize {
         let inner = self.lock();

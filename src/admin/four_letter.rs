@@ -1,0 +1,276 @@
+//! Four-letter words on the client port (`FourLetterCommands`), gated by
+//! `4lw.commands.whitelist`, with ZooKeeper 3.8's output formats so existing scripts and
+//! monitoring agents parse them. The same data backs the admin HTTP `/commands` endpoints.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use crate::dispatch::Dispatcher;
+
+/// The Warden version as `srvr`/`stat`/`mntr` print it (ZooKeeper-style, so version parsers
+/// that expect `3.x.y` keep working).
+pub const VERSION: &str = concat!("3.8.0-warden-", env!("CARGO_PKG_VERSION"));
+
+/// The four-letter words ZooKeeper knows, with the admin command name each maps to.
+pub const WORDS: &[(&str, &str)] = &[
+    ("ruok", "ruok"),
+    ("stat", "stats"),
+    ("srvr", "server_stats"),
+    ("mntr", "monitor"),
+    ("conf", "configuration"),
+    ("cons", "connections"),
+    ("crst", "connection_stat_reset"),
+    ("envi", "environment"),
+    ("wchs", "watch_summary"),
+    ("wchc", "watches"),
+    ("wchp", "watches_by_path"),
+    ("dump", "dump"),
+    ("isro", "is_read_only"),
+    ("srst", "stat_reset"),
+    ("dirs", "dirs"),
+    ("gtmk", "get_trace_mask"),
+    ("stmk", "set_trace_mask"),
+    ("hash", "hash"),
+];
+
+/// The server's mode as `srvr` and `mntr` report it.
+pub fn mode(_d: &Dispatcher) -> &'static str {
+    "standalone"
+}
+
+/// Sum of file sizes below a directory (`dirs`).
+pub fn dir_size(path: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// ZooKeeper counts the root twice in `Node count` (it is stored under "" and "/").
+fn node_count(d: &Dispatcher) -> usize {
+    d.shared.read().node_count() + 1
+}
+
+fn server_stats(d: &Dispatcher, with_clients: bool) -> String {
+    let mut s = format!("Zookeeper version: {VERSION}, built on unknown\n");
+    if with_clients {
+        s.push_str("Clients:\n");
+        for c in d.stats.connections() {
+            let _ = writeln!(
+                s,
+                " /{}[1](queued={},recved={},sent={})",
+                c.peer,
+                c.outstanding.load(Ordering::Relaxed).max(0),
+                c.received.load(Ordering::Relaxed),
+                c.sent.load(Ordering::Relaxed)
+            );
+        }
+        s.push('\n');
+    }
+    let (min, avg, max) = d.stats.latency.get();
+    let _ = write!(
+        s,
+        "Latency min/avg/max: {min}/{avg:.4}/{max}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {}\nNode count: {}\n",
+        d.stats.received.load(Ordering::Relaxed),
+        d.stats.sent.load(Ordering::Relaxed),
+        d.stats.connection_count(),
+        d.stats.outstanding(),
+        d.last_zxid(),
+        mode(d),
+        node_count(d),
+    );
+    s
+}
+
+/// `mntr` as key/value pairs, in ZooKeeper's order where ZooKeeper has the key.
+pub fn monitor(d: &Dispatcher) -> Vec<(String, String)> {
+    let (min, avg, max) = d.stats.latency.get();
+    let (znodes, ephemerals, data_size, sessions) = {
+        let tree = d.shared.read();
+        (tree.node_count() + 1, tree.ephemeral_count(), tree.data_size(), tree.sessions().count())
+    };
+    let m = d.raft.metrics().borrow().clone();
+    let mut v: Vec<(String, String)> = vec![
+        ("zk_version".into(), VERSION.into()),
+        ("zk_server_state".into(), mode(d).into()),
+        ("zk_avg_latency".into(), format!("{avg:.4}")),
+        ("zk_max_latency".into(), max.to_string()),
+        ("zk_min_latency".into(), min.to_string()),
+        ("zk_packets_received".into(), d.stats.received.load(Ordering::Relaxed).to_string()),
+        ("zk_packets_sent".into(), d.stats.sent.load(Ordering::Relaxed).to_string()),
+        ("zk_num_alive_connections".into(), d.stats.connection_count().to_string()),
+        ("zk_outstanding_requests".into(), d.stats.outstanding().to_string()),
+        ("zk_znode_count".into(), znodes.to_string()),
+        ("zk_watch_count".into(), d.watches.count().to_string()),
+        ("zk_ephemerals_count".into(), ephemerals.to_string()),
+        ("zk_approximate_data_size".into(), data_size.to_string()),
+        ("zk_open_file_descriptor_count".into(), open_fds().to_string()),
+        ("zk_max_file_descriptor_count".into(), max_fds().to_string()),
+        ("zk_global_sessions".into(), sessions.to_string()),
+        ("zk_local_sessions".into(), "0".into()),
+        ("zk_uptime".into(), d.stats.started.elapsed().as_millis().to_string()),
+        ("zk_quorum_size".into(), m.membership_config.membership().voter_ids().count().to_string()),
+        ("zk_raft_term".into(), m.current_term.to_string()),
+        ("zk_raft_leader_id".into(), m.current_leader.map_or(-1, |l| l as i64).to_string()),
+        ("zk_raft_last_log_index".into(), m.last_log_index.unwrap_or(0).to_string()),
+        ("zk_raft_applied_index".into(), m.last_applied.map_or(0, |l| l.index).to_string()),
+    ];
+    v.retain(|(_, val)| !val.is_empty());
+    v
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}
+
+fn max_fds() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// `conf` as key/value pairs.
+pub fn configuration(d: &Dispatcher) -> Vec<(String, String)> {
+    let c = &d.config;
+    vec![
+        ("clientPort".into(), c.client_port.to_string()),
+        ("secureClientPort".into(), "-1".into()),
+        ("dataDir".into(), c.data_dir.display().to_string()),
+        ("dataDirSize".into(), dir_size(&c.data_dir).to_string()),
+        ("dataLogDir".into(), c.data_log_dir.display().to_string()),
+        ("dataLogSize".into(), dir_size(&c.data_log_dir).to_string()),
+        ("tickTime".into(), c.tick_time_ms.to_string()),
+        ("maxClientCnxns".into(), c.max_client_cnxns.to_string()),
+        ("minSessionTimeout".into(), c.min_session_timeout_ms.to_string()),
+        ("maxSessionTimeout".into(), c.max_session_timeout_ms.to_string()),
+        ("clientPortListenBacklog".into(), "-1".into()),
+        ("serverId".into(), c.server_id.to_string()),
+    ]
+}
+
+/// `envi` as key/value pairs.
+pub fn environment() -> Vec<(String, String)> {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
+    vec![
+        ("zookeeper.version".into(), format!("{VERSION}, built on unknown")),
+        ("host.name".into(), host),
+        ("os.name".into(), std::env::consts::OS.into()),
+        ("os.arch".into(), std::env::consts::ARCH.into()),
+        ("user.name".into(), std::env::var("USER").unwrap_or_default()),
+        ("user.dir".into(), cwd),
+        ("process.id".into(), std::process::id().to_string()),
+    ]
+}
+
+fn kv_lines(pairs: &[(String, String)], sep: char) -> String {
+    pairs.iter().map(|(k, v)| format!("{k}{sep}{v}\n")).collect()
+}
+
+/// `dump`: sessions and their ephemerals.
+pub fn dump(d: &Dispatcher) -> String {
+    let tree = d.shared.read();
+    let mut s = String::from("SessionTracker dump:\n");
+    let sessions: Vec<_> = tree.sessions().collect();
+    let _ = writeln!(s, "Global Sessions({}):", sessions.len());
+    for (id, e) in &sessions {
+        let _ = writeln!(s, "{:#x}\t{}ms", id, e.timeout_ms);
+    }
+    s.push_str("ephemeral nodes dump:\n");
+    let with: Vec<_> = sessions.iter().filter(|(_, e)| !e.ephemerals.is_empty()).collect();
+    let _ = writeln!(s, "Sessions with Ephemerals ({}):", with.len());
+    for (id, e) in with {
+        let _ = writeln!(s, "{id:#x}:");
+        for p in e.ephemerals.iter() {
+            let _ = writeln!(s, "\t{p}");
+        }
+    }
+    s
+}
+
+/// Runs a four-letter word and returns ZooKeeper's text for it.
+pub fn run(d: &Dispatcher, word: &[u8; 4]) -> String {
+    if word == b"\xff\xf4\xff\xfd" {
+        return String::new();
+    }
+    let w = String::from_utf8_lossy(word).to_string();
+    if !WORDS.iter().any(|(x, _)| *x == w) {
+        return String::new();
+    }
+    if !d.config.four_letter_allowed(&w) {
+        return format!("{w} is not executed because it is not in the whitelist.\n");
+    }
+    match word {
+        b"ruok" => "imok".into(),
+        b"isro" => "rw".into(),
+        b"srvr" => server_stats(d, false),
+        b"stat" => server_stats(d, true),
+        b"mntr" => kv_lines(&monitor(d), '\t'),
+        b"conf" => kv_lines(&configuration(d), '='),
+        b"envi" => format!("Environment:\n{}", kv_lines(&environment(), '=')),
+        b"cons" => {
+            let mut s: String = d.stats.connections().iter().map(|c| c.cons_line() + "\n").collect();
+            s.push('\n');
+            s
+        }
+        b"crst" => {
+            for c in d.stats.connections() {
+                c.reset();
+            }
+            "Connection stats reset.\n".into()
+        }
+        b"srst" => {
+            d.stats.reset();
+            "Server stats reset.\n".into()
+        }
+        b"wchs" => {
+            let by_session = d.watches.by_session();
+            let paths = d.watches.by_path().len();
+            format!(
+                "{} connections watching {} paths\nTotal watches:{}\n",
+                by_session.len(),
+                paths,
+                by_session.values().map(|p| p.len()).sum::<usize>()
+            )
+        }
+        b"wchc" => {
+            let mut s = String::new();
+            for (sid, paths) in d.watches.by_session() {
+                let _ = writeln!(s, "{sid:#x}");
+                for p in paths {
+                    let _ = writeln!(s, "\t{p}");
+                }
+            }
+            s
+        }
+        b"wchp" => {
+            let mut s = String::new();
+            for (path, sids) in d.watches.by_path() {
+                let _ = writeln!(s, "{path}");
+                for sid in sids {
+                    let _ = writeln!(s, "\t{sid:#x}");
+                }
+            }
+            s
+        }
+        b"dump" => dump(d),
+        b"dirs" => format!(
+            "datadir_size: {}\nlogdir_size: {}\n",
+            dir_size(&d.config.data_dir),
+            dir_size(&d.config.data_log_dir)
+        ),
+        b"gtmk" => "0\n".into(),
+        b"stmk" => "0\n".into(),
+        _ => format!("{w} is not supported by this server.\n"),
+    }
+}

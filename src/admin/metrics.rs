@@ -1,0 +1,69 @@
+//! The Prometheus exporter: installs the `metrics` recorder and serves `render()` at
+//! `/metrics` on `metricsProvider.httpHost:metricsProvider.httpPort` (ZooKeeper's port 7000).
+//! Gauges derived from state (znode count, sessions, Raft indexes) are refreshed at scrape time.
+
+use std::net::SocketAddr;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::dispatch::Dispatcher;
+
+/// Installs the global recorder; call once, before anything records.
+pub fn install() -> Option<PrometheusHandle> {
+    match PrometheusBuilder::new().install_recorder() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics recorder not installed");
+            None
+        }
+    }
+}
+
+/// Sets the gauges that are read from state rather than counted as they happen.
+pub fn refresh(d: &Dispatcher) {
+    for (key, value) in crate::admin::four_letter::monitor(d) {
+        let Some(name) = key.strip_prefix("zk_") else { continue };
+        if let Ok(v) = value.parse::<f64>() {
+            metrics::gauge!(name.to_owned()).set(v);
+        }
+    }
+    let m = d.raft.metrics().borrow().clone();
+    metrics::gauge!("warden_raft_term").set(m.current_term as f64);
+    metrics::gauge!("warden_raft_leader_id").set(m.current_leader.map_or(-1.0, |l| l as f64));
+    metrics::gauge!("warden_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
+    metrics::gauge!("warden_raft_applied_index").set(m.last_applied.map_or(0.0, |l| l.index as f64));
+    metrics::gauge!("warden_raft_snapshot_index").set(m.snapshot.map_or(0.0, |l| l.index as f64));
+}
+
+async fn render(State((d, h)): State<(Dispatcher, PrometheusHandle)>) -> String {
+    refresh(&d);
+    h.run_upkeep();
+    h.render()
+}
+
+/// Serves `/metrics` until `stop` fires.
+pub async fn serve(
+    addr: SocketAddr,
+    d: Dispatcher,
+    handle: PrometheusHandle,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let app = Router::new().route("/metrics", get(render)).with_state((d, handle));
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "metrics listener not started");
+            return;
+        }
+    };
+    tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.changed().await;
+        })
+        .await;
+}
