@@ -7,6 +7,8 @@ The fixture API below is shared with the Curator and differential tests
   shared_server   module scope: one server shared by a whole test module
   reference_zk    function scope: always a real Apache ZooKeeper 3.8
   shared_reference_zk  module scope variant of reference_zk
+  server_factory  function scope: make(kind=None, extra_cfg={zoo.cfg key: value})
+                  starts a server with extra/replaced zoo.cfg keys
 
 Each yields a harness.Server with host, port, hostport ("127.0.0.1:PORT"),
 data_dir, kind ("warden"|"zookeeper"), log_path, and stop() / kill() /
@@ -27,18 +29,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 
+def _teardown(srv: harness.Server, name: str) -> None:
+    if os.environ.get("COMPAT_KEEP_LOGS"):
+        # Keep the log for a post-mortem; the process still dies.
+        srv.kill()
+        keep = os.environ["COMPAT_KEEP_LOGS"]
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(srv.log_path, os.path.join(keep, f"{name}-{srv.port}.log"))
+    srv.close()
+
+
 def _serve(kind: str | None, name: str):
     srv = harness.started(kind, name=name)
     try:
         yield srv
     finally:
-        if os.environ.get("COMPAT_KEEP_LOGS"):
-            # Keep the log for a post-mortem; the process still dies.
-            srv.kill()
-            keep = os.environ["COMPAT_KEEP_LOGS"]
-            os.makedirs(keep, exist_ok=True)
-            shutil.copy(srv.log_path, os.path.join(keep, f"{name}-{srv.port}.log"))
-        srv.close()
+        _teardown(srv, name)
 
 
 @pytest.fixture
@@ -63,6 +69,28 @@ def reference_zk(request):
 def shared_reference_zk(request):
     """A real Apache ZooKeeper 3.8 shared by a whole module."""
     yield from _serve("zookeeper", "ref-" + request.module.__name__.rsplit(".", 1)[-1])
+
+
+@pytest.fixture
+def server_factory(request):
+    """Start servers with extra zoo.cfg keys: make(kind=None, extra_cfg={...}) -> harness.Server.
+
+    kind None means COMPAT_SERVER. Every server started is killed and its dir
+    removed at the end of the test.
+    """
+    started = []
+
+    def make(kind: str | None = None, extra_cfg: dict | None = None, name: str | None = None):
+        label = name or f"{request.node.name[:30]}-{len(started)}".replace("/", "_")
+        srv = harness.started(kind, name=label, extra_cfg=extra_cfg)
+        started.append((srv, label))
+        return srv
+
+    try:
+        yield make
+    finally:
+        for srv, label in started:
+            _teardown(srv, label)
 
 
 def pytest_report_header(config):

@@ -39,6 +39,9 @@ ZK_CLASSPATH = ":".join(
         "/usr/share/java/zookeeper.jar",
         "/usr/share/java/zookeeper-jute.jar",
         "/usr/share/java/slf4j-simple.jar",
+        # javax.servlet for the Jetty AdminServer (only loaded when a test sets
+        # admin.enableServer=true); zookeeper.jar's manifest lacks it.
+        "/usr/share/java/servlet-api.jar",
     ]
 )
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -133,6 +136,16 @@ def _kill_all_live() -> None:
 atexit.register(_kill_all_live)
 
 
+# zoo.cfg keys (or key prefixes before the first dot) that ZooKeeper's
+# QuorumPeerConfig parses itself instead of turning them into zookeeper.* properties.
+_ZK_PARSED_KEY_PREFIXES = {
+    "dataDir", "dataLogDir", "clientPort", "clientPortAddress", "secureClientPort",
+    "secureClientPortAddress", "tickTime", "maxClientCnxns", "minSessionTimeout",
+    "maxSessionTimeout", "initLimit", "syncLimit", "metricsProvider", "server",
+    "standaloneEnabled", "reconfigEnabled", "autopurge", "electionAlg", "peerType",
+}
+
+
 class ServerStartError(RuntimeError):
     pass
 
@@ -144,8 +157,17 @@ class Server:
     the same persisted state at the same address.
     """
 
-    def __init__(self, kind: str | None = None, name: str = "server"):
+    def __init__(
+        self,
+        kind: str | None = None,
+        name: str = "server",
+        extra_cfg: dict[str, object] | None = None,
+    ):
         self.kind = kind or default_kind()
+        # zoo.cfg keys that replace (same key) or extend the defaults below,
+        # e.g. {"4lw.commands.whitelist": "srvr,ruok", "admin.enableServer": "true"};
+        # a value of None leaves the key out (the server's own default applies).
+        self.extra_cfg = {k: (None if v is None else str(v)) for k, v in (extra_cfg or {}).items()}
         if self.kind not in ("warden", "zookeeper"):
             raise ValueError(f"unknown server kind {self.kind!r}")
         self.host = HOST
@@ -162,6 +184,20 @@ class Server:
 
     # -- configuration ---------------------------------------------------
     def config_lines(self) -> list[str]:
+        """The zoo.cfg lines: the defaults, with extra_cfg keys replacing or appended."""
+        lines = []
+        extra = dict(self.extra_cfg)
+        for line in self._default_config_lines():
+            key = line.split("=", 1)[0]
+            if key not in extra:
+                lines.append(line)
+            elif extra[key] is not None:
+                lines.append(f"{key}={extra[key]}")
+            extra.pop(key, None)
+        lines.extend(f"{k}={v}" for k, v in extra.items() if v is not None)
+        return lines
+
+    def _default_config_lines(self) -> list[str]:
         return [
             f"tickTime={TICK_TIME_MS}",
             f"dataDir={self.data_dir}",
@@ -189,14 +225,27 @@ class Server:
     def command(self) -> list[str]:
         if self.kind == "warden":
             return [warden_bin(), "--config", self.conf_path]
+        props = {
+            "zookeeper.extendedTypesEnabled": "true",
+            "zookeeper.4lw.commands.whitelist": "*",
+            "zookeeper.admin.enableServer": "false",
+            "zookeeper.DigestAuthenticationProvider.superDigest": SUPER_DIGEST,
+        }
+        # ZooKeeper turns every zoo.cfg key it does not parse itself into the
+        # system property zookeeper.<key>; pass extra keys the same way too so
+        # a -D default above never contradicts the zoo.cfg.
+        for key, value in self.extra_cfg.items():
+            if key.split(".", 1)[0] in _ZK_PARSED_KEY_PREFIXES:
+                continue
+            if value is None:
+                props.pop(f"zookeeper.{key}", None)
+            else:
+                props[f"zookeeper.{key}"] = value
         return [
             ZK_JAVA,
             "-Xmx512m",
             "-XX:+UseSerialGC",
-            "-Dzookeeper.extendedTypesEnabled=true",
-            "-Dzookeeper.4lw.commands.whitelist=*",
-            "-Dzookeeper.admin.enableServer=false",
-            f"-Dzookeeper.DigestAuthenticationProvider.superDigest={SUPER_DIGEST}",
+            *(f"-D{k}={v}" for k, v in props.items()),
             f"-Dznode.container.checkIntervalMs={CONTAINER_CHECK_INTERVAL_MS}",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-cp",
@@ -327,9 +376,11 @@ class Server:
         self.close()
 
 
-def started(kind: str | None = None, name: str = "server") -> Server:
+def started(
+    kind: str | None = None, name: str = "server", extra_cfg: dict[str, object] | None = None
+) -> Server:
     """A Server that is already running; on a start failure its dir is removed."""
-    srv = Server(kind, name=name)
+    srv = Server(kind, name=name, extra_cfg=extra_cfg)
     try:
         srv.start()
     except BaseException:

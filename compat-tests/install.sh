@@ -13,7 +13,9 @@ APT_PACKAGES=(
   libguava-java
   libslf4j-java
   default-jdk-headless    # javac for the Curator programs (java 17 on Debian 12)
-  netcat-openbsd          # handy for poking four-letter words by hand
+  netcat-openbsd          # handy for poking four-letter words by hand; tools/zkstat.sh uses it
+  libservlet-api-java     # javax.servlet for ZooKeeper's Jetty AdminServer (test_ops_admin.py)
+  prometheus              # Prometheus server that scrapes Warden's /metrics (test_ops_prometheus.py)
 )
 # kazoo is pinned: its upstream tests (kazoo/tests) are run by this suite and
 # the list of excluded cases in test_kazoo_upstream.py is for this version.

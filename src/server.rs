@@ -83,8 +83,15 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
 
     let sessions = Arc::new(SessionTracker::new(id));
     let stats = Arc::new(crate::client::stats::ServerStats::default());
-    let dispatcher =
-        Dispatcher { raft: raft.clone(), shared: shared.clone(), watches, sessions, config: config.clone(), stats };
+    let dispatcher = Dispatcher {
+        raft: raft.clone(),
+        shared: shared.clone(),
+        watches,
+        sessions,
+        config: config.clone(),
+        stats,
+        proposer: crate::dispatch::propose::Proposer::start(raft.clone()),
+    };
 
     let addr = SocketAddr::new(config.client_port_address, config.client_port);
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Listen { addr, source })?;

@@ -116,7 +116,14 @@ pub enum TxnOutput {
     },
 }
 
-/// The state machine's answer for one log entry: its zxid and outcome.
+/// One Raft log entry: the txns the proposer batched together (group commit: one entry, one
+/// fsync, many txns). Each txn still gets its own zxid at apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnBatch {
+    pub txns: Vec<Txn>,
+}
+
+/// The state machine's answer for one txn: its zxid and outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnResult {
     pub zxid: i64,

@@ -12,6 +12,8 @@
 //!
 //! The client module sees only this handle, never the tree or the Raft handle.
 
+pub mod propose;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -129,6 +131,7 @@ pub struct Dispatcher {
     pub sessions: Arc<SessionTracker>,
     pub config: Arc<Config>,
     pub stats: Arc<crate::client::stats::ServerStats>,
+    pub proposer: propose::Proposer,
 }
 
 impl Dispatcher {
@@ -243,10 +246,7 @@ impl Dispatcher {
 
     /// Propose: replicate `txn` and wait until it is applied here.
     pub async fn propose(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
-        match self.raft.client_write(txn).await {
-            Ok(resp) => Ok(resp.data),
-            Err(e) => Err(ProposeError::Raft(e.to_string())),
-        }
+        self.proposer.propose(txn).await
     }
 
     /// Expires a session through the log (admin kill): its ephemerals are deleted on every

@@ -11,14 +11,16 @@ pub mod state_machine;
 
 use std::io::Cursor;
 
-use crate::txn::Txn;
+use crate::tree::DataTree;
+use crate::txn::TxnBatch;
 use crate::txn::TxnResult;
 
 openraft::declare_raft_types!(
-    /// Warden's Raft types: the log carries [`Txn`]s, apply returns [`TxnResult`]s.
+    /// Warden's Raft types: each log entry carries a [`TxnBatch`]; apply returns one
+    /// [`TxnResult`] per txn.
     pub TypeConfig:
-        D = Txn,
-        R = TxnResult,
+        D = TxnBatch,
+        R = Vec<TxnResult>,
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
@@ -39,8 +41,10 @@ pub mod typ {
     pub type Entry = openraft::Entry<TypeConfig>;
 }
 
-/// The zxid of a log entry: its index. Computed here and nowhere else, so zxids are strictly
-/// increasing in commit order and identical on every replica.
-pub fn zxid_of(log_id: &openraft::LogId<u64>) -> i64 {
-    log_id.index as i64
+/// The zxid of the next txn applied to `tree`: one more than the last. Computed here and
+/// nowhere else. Every replica applies the same log in the same order, so every txn gets the
+/// same zxid everywhere, strictly increasing in commit order and dense like ZooKeeper's
+/// (batched log entries carry several txns; blank and membership entries carry none).
+pub fn next_zxid(tree: &DataTree) -> i64 {
+    tree.last_zxid() + 1
 }

@@ -28,9 +28,9 @@ use openraft::StoredMembership;
 use serde::Deserialize;
 use serde::Serialize;
 
+use super::next_zxid;
 use super::typ::Entry;
 use super::typ::StorageError;
-use super::zxid_of;
 use super::TypeConfig;
 use crate::tree::Change;
 use crate::tree::DataTree;
@@ -155,8 +155,9 @@ impl StateMachine {
             sm.last_applied = file.last_applied;
             sm.membership = file.membership.clone();
             let meta = meta_for(&file);
+            let last_zxid = file.tree.last_zxid();
             *sm.shared.write() = file.tree;
-            sm.shared.applied.send_replace(sm.last_applied.as_ref().map_or(0, zxid_of));
+            sm.shared.applied.send_replace(last_zxid);
             sm.current = Some((meta, bytes));
         }
         Ok(sm)
@@ -193,36 +194,37 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((self.last_applied, self.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<TxnResult>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<TxnResult>>, StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let mut out = Vec::new();
-        let mut last_zxid = None;
-        {
+        let last_zxid = {
             let mut tree = self.shared.write();
             for entry in entries {
-                let zxid = zxid_of(&entry.log_id);
                 self.last_applied = Some(entry.log_id);
                 match entry.payload {
-                    EntryPayload::Blank => out.push(TxnResult { zxid, outcome: Ok(crate::txn::TxnOutput::Deleted) }),
-                    EntryPayload::Normal(txn) => {
-                        let (outcome, changes) = tree.apply(zxid, &txn);
-                        self.hook.applied(zxid, txn.session_id, &changes);
-                        out.push(TxnResult { zxid, outcome });
+                    EntryPayload::Blank => out.push(Vec::new()),
+                    EntryPayload::Normal(batch) => {
+                        let mut results = Vec::with_capacity(batch.txns.len());
+                        for txn in &batch.txns {
+                            let zxid = next_zxid(&tree);
+                            let (outcome, changes) = tree.apply(zxid, txn);
+                            self.hook.applied(zxid, txn.session_id, &changes);
+                            results.push(TxnResult { zxid, outcome });
+                        }
+                        out.push(results);
                     }
                     EntryPayload::Membership(m) => {
                         self.membership = StoredMembership::new(Some(entry.log_id), m);
-                        out.push(TxnResult { zxid, outcome: Ok(crate::txn::TxnOutput::Deleted) });
+                        out.push(Vec::new());
                     }
                 }
-                last_zxid = Some(zxid);
             }
-        }
-        if let Some(z) = last_zxid {
-            self.shared.applied.send_replace(z);
-        }
+            tree.last_zxid()
+        };
+        self.shared.applied.send_replace(last_zxid);
         Ok(out)
     }
 
@@ -251,8 +253,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         write_snapshot(&self.dir, &meta.last_log_id, &bytes).map_err(snap_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        let last_zxid = file.tree.last_zxid();
         *self.shared.write() = file.tree;
-        self.shared.applied.send_replace(self.last_applied.as_ref().map_or(0, zxid_of));
+        self.shared.applied.send_replace(last_zxid);
         self.current = Some((meta.clone(), bytes));
         Ok(())
     }

@@ -1,0 +1,453 @@
+//! `warden-bench`: a pipelined load generator for any ZooKeeper-compatible server, built on the
+//! `jute` crate. Each client is one session on one TCP connection keeping `--inflight`
+//! requests outstanding; only successful operations are counted, errors are tallied by code.
+//!
+//! Workloads: `create`, `set`, `get`, `mixed` (`--read-ratio`), `multi` (a create and a
+//! setData per multi), `sessions` (open `--clients` sessions, ping them, report how many held),
+//! `watch` (`--clients` sessions watch one node; time from setData to the last event).
+
+use std::collections::BTreeMap;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
+
+use bytes::Bytes;
+use clap::Parser;
+use clap::ValueEnum;
+use futures::SinkExt;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use jute::ClientCodec;
+use jute::ClientOutgoing;
+use jute::ConnectRequest;
+use jute::Request;
+use jute::ServerIncoming;
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Workload {
+    Create,
+    Set,
+    Get,
+    Mixed,
+    Multi,
+    Sessions,
+    Watch,
+}
+
+/// A pipelined load generator for ZooKeeper-compatible servers.
+#[derive(Parser, Debug, Clone)]
+#[command(version, about)]
+struct Args {
+    /// Comma-separated host:port list; clients are spread over them round-robin.
+    #[arg(long, default_value = "127.0.0.1:2181")]
+    servers: String,
+    /// The workload.
+    #[arg(long, value_enum, default_value = "get")]
+    workload: Workload,
+    /// Concurrent sessions.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Requests outstanding per session.
+    #[arg(long, default_value_t = 8)]
+    inflight: usize,
+    /// Seconds of measured load (after setup).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    size: usize,
+    /// Fraction of reads in `mixed`.
+    #[arg(long, default_value_t = 0.9)]
+    read_ratio: f64,
+    /// Keys per client for get/set/mixed.
+    #[arg(long, default_value_t = 1000)]
+    keys: usize,
+    /// Session timeout to request, ms.
+    #[arg(long, default_value_t = 30000)]
+    session_timeout: i32,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+type Conn = Framed<TcpStream, ClientCodec>;
+
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Codec(#[from] jute::CodecError),
+    #[error("{0}")]
+    Protocol(String),
+}
+
+async fn connect(addr: &str, timeout: i32) -> Result<(Conn, i64), BenchError> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut conn = Framed::new(stream, ClientCodec::new(64 << 20));
+    let req = ConnectRequest {
+        protocol_version: 0,
+        last_zxid_seen: 0,
+        time_out: timeout,
+        session_id: 0,
+        passwd: Bytes::from_static(&[0; 16]),
+        read_only: Some(false),
+    };
+    conn.send(ClientOutgoing::Connect(req)).await?;
+    match conn.next().await {
+        Some(Ok(ServerIncoming::Connect(r))) if r.session_id != 0 => Ok((conn, r.session_id)),
+        other => Err(BenchError::Protocol(format!("handshake failed: {other:?}"))),
+    }
+}
+
+/// Sends one request and waits for its reply (setup only).
+async fn call(conn: &mut Conn, xid: &mut i32, request: Request) -> Result<i32, BenchError> {
+    *xid += 1;
+    conn.send(ClientOutgoing::Request { xid: *xid, request }).await?;
+    loop {
+        match conn.next().await {
+            Some(Ok(ServerIncoming::Reply { header, .. })) if header.xid == *xid => return Ok(header.err),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.into()),
+            None => return Err(BenchError::Protocol("connection closed".into())),
+        }
+    }
+}
+
+fn open_acl() -> Option<Vec<jute::Acl>> {
+    Some(vec![jute::Acl {
+        perms: jute::perms::ALL,
+        id: jute::Id { scheme: "world".into(), id: Some("anyone".into()) },
+    }])
+}
+
+fn create_req(path: String, data: Bytes) -> Request {
+    Request::Create(jute::CreateRequest { path, data: Some(data), acl: open_acl(), flags: 0 })
+}
+
+#[derive(Default)]
+struct Totals {
+    ok: u64,
+    errors: BTreeMap<i32, u64>,
+    hist: Option<Histogram<u64>>,
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// One client: setup, then pipelined load until the deadline.
+async fn client(
+    args: Arc<Args>,
+    id: usize,
+    root: String,
+    start: Instant,
+    deadline: Instant,
+    totals: Arc<Mutex<Totals>>,
+) -> Result<(), BenchError> {
+    let servers: Vec<&str> = args.servers.split(',').collect();
+    let addr = servers[id % servers.len()];
+    let (mut conn, _) = connect(addr, args.session_timeout).await?;
+    let mut xid = 0;
+    let base = format!("{root}/c{id}");
+    let value = Bytes::from(vec![b'x'; args.size]);
+    call(&mut conn, &mut xid, create_req(base.clone(), Bytes::new())).await?;
+    if matches!(args.workload, Workload::Get | Workload::Set | Workload::Mixed) {
+        // Pipelined setup of the key space.
+        for chunk in (0..args.keys).collect::<Vec<_>>().chunks(256) {
+            for k in chunk {
+                xid += 1;
+                conn.feed(ClientOutgoing::Request { xid, request: create_req(format!("{base}/k{k}"), value.clone()) })
+                    .await?;
+            }
+            conn.flush().await?;
+            for _ in chunk {
+                match conn.next().await {
+                    Some(Ok(_)) => {}
+                    _ => return Err(BenchError::Protocol("setup failed".into())),
+                }
+            }
+        }
+    }
+    // Wait for everyone's setup to finish before measuring.
+    tokio::time::sleep_until(start.into()).await;
+
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (id as u64 + 1));
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| BenchError::Protocol(e.to_string()))?;
+    let mut ok = 0u64;
+    let mut errors: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut sent: VecDeque<Instant> = VecDeque::new();
+    let mut seq = 0u64;
+    let mut next_request = |rng: &mut Rng| -> Request {
+        seq += 1;
+        let key = format!("{base}/k{}", rng.below(args.keys));
+        match args.workload {
+            Workload::Create => create_req(format!("{base}/n{seq}"), value.clone()),
+            Workload::Set => {
+                Request::SetData(jute::SetDataRequest { path: key, data: Some(value.clone()), version: -1 })
+            }
+            Workload::Get => Request::GetData(jute::GetDataRequest { path: key, watch: false }),
+            Workload::Mixed => {
+                if (rng.next() % 10_000) as f64 / 10_000.0 < args.read_ratio {
+                    Request::GetData(jute::GetDataRequest { path: key, watch: false })
+                } else {
+                    Request::SetData(jute::SetDataRequest { path: key, data: Some(value.clone()), version: -1 })
+                }
+            }
+            Workload::Multi => Request::Multi(vec![
+                jute::MultiOp::Create(jute::CreateRequest {
+                    path: format!("{base}/m{seq}"),
+                    data: Some(value.clone()),
+                    acl: open_acl(),
+                    flags: 0,
+                }),
+                jute::MultiOp::SetData(jute::SetDataRequest {
+                    path: base.clone(),
+                    data: Some(value.clone()),
+                    version: -1,
+                }),
+            ]),
+            Workload::Sessions | Workload::Watch => Request::Ping,
+        }
+    };
+    for _ in 0..args.inflight {
+        xid += 1;
+        conn.feed(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
+        sent.push_back(Instant::now());
+    }
+    conn.flush().await?;
+    while let Some(frame) = conn.next().await {
+        let (header, _) = match frame? {
+            ServerIncoming::Reply { header, response } => (header, response),
+            ServerIncoming::Connect(_) => continue,
+        };
+        if header.xid < 0 {
+            continue;
+        }
+        let Some(t0) = sent.pop_front() else { break };
+        if header.err == 0 {
+            ok += 1;
+            let _ = hist.record(t0.elapsed().as_micros().max(1) as u64);
+        } else {
+            *errors.entry(header.err).or_default() += 1;
+        }
+        if Instant::now() >= deadline {
+            if sent.is_empty() {
+                break;
+            }
+            continue;
+        }
+        xid += 1;
+        conn.send(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
+        sent.push_back(Instant::now());
+    }
+    let mut t = totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    t.ok += ok;
+    for (k, v) in errors {
+        *t.errors.entry(k).or_default() += v;
+    }
+    match &mut t.hist {
+        Some(h) => {
+            let _ = h.add(&hist);
+        }
+        None => t.hist = Some(hist),
+    }
+    Ok(())
+}
+
+/// `sessions`: open N sessions, ping each every third of its timeout, count survivors.
+async fn sessions(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
+    let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
+    let mut tasks = Vec::new();
+    let hold = Duration::from_secs_f64(args.duration);
+    for i in 0..args.clients {
+        let addr = servers[i % servers.len()].clone();
+        let timeout = args.session_timeout;
+        tasks.push(tokio::spawn(async move {
+            let (mut conn, _) = connect(&addr, timeout).await?;
+            let end = Instant::now() + hold;
+            let mut xid = 0;
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis((timeout / 3).max(100) as u64)).await;
+                xid += 1;
+                conn.send(ClientOutgoing::Request { xid: -2, request: Request::Ping }).await?;
+                loop {
+                    match conn.next().await {
+                        Some(Ok(ServerIncoming::Reply { header, .. })) if header.xid == -2 => break,
+                        Some(Ok(_)) => continue,
+                        _ => return Err(BenchError::Protocol("session lost".into())),
+                    }
+                }
+            }
+            let _ = xid;
+            Ok::<(), BenchError>(())
+        }));
+    }
+    let mut held = 0;
+    for t in tasks {
+        if matches!(t.await, Ok(Ok(()))) {
+            held += 1;
+        }
+    }
+    Ok(serde_json::json!({ "workload": "sessions", "opened": args.clients, "held": held, "seconds": args.duration }))
+}
+
+/// `watch`: N sessions watch one node; one setData; time until the last event arrives.
+async fn watch(args: Arc<Args>, root: String) -> Result<serde_json::Value, BenchError> {
+    let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
+    let (mut admin, _) = connect(&servers[0], args.session_timeout).await?;
+    let mut xid = 0;
+    let node = format!("{root}/watched");
+    call(&mut admin, &mut xid, create_req(node.clone(), Bytes::new())).await?;
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(args.clients.max(1));
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<Instant>(args.clients.max(1));
+    for i in 0..args.clients {
+        let addr = servers[i % servers.len()].clone();
+        let node = node.clone();
+        let (ready_tx, done_tx) = (ready_tx.clone(), done_tx.clone());
+        let timeout = args.session_timeout;
+        tokio::spawn(async move {
+            let Ok((mut conn, _)) = connect(&addr, timeout).await else { return };
+            let mut xid = 0;
+            if call(&mut conn, &mut xid, Request::GetData(jute::GetDataRequest { path: node, watch: true }))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let _ = ready_tx.send(()).await;
+            while let Some(Ok(m)) = conn.next().await {
+                if let ServerIncoming::Reply { header, .. } = m {
+                    if header.xid == -1 {
+                        let _ = done_tx.send(Instant::now()).await;
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    drop(ready_tx);
+    drop(done_tx);
+    let mut watchers = 0;
+    while ready_rx.recv().await.is_some() {
+        watchers += 1;
+    }
+    let t0 = Instant::now();
+    call(
+        &mut admin,
+        &mut xid,
+        Request::SetData(jute::SetDataRequest { path: node, data: Some(Bytes::from_static(b"x")), version: -1 }),
+    )
+    .await?;
+    let mut last = t0;
+    let mut events = 0;
+    while let Ok(Some(t)) = tokio::time::timeout(Duration::from_secs(60), done_rx.recv()).await {
+        events += 1;
+        last = last.max(t);
+        if events == watchers {
+            break;
+        }
+    }
+    Ok(serde_json::json!({
+        "workload": "watch", "watchers": watchers, "events": events,
+        "last_event_ms": (last - t0).as_secs_f64() * 1000.0,
+    }))
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Arc::new(Args::parse());
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("warden-bench: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args.clone())) {
+        Ok(v) => {
+            if args.json {
+                println!("{v}");
+            } else {
+                match v.as_object() {
+                    Some(m) => {
+                        for (k, x) in m {
+                            println!("{k}: {x}");
+                        }
+                    }
+                    None => println!("{v}"),
+                }
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("warden-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
+    let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
+    let root = format!("/warden-bench-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos());
+    {
+        let (mut c, _) = connect(&servers[0], args.session_timeout).await?;
+        let mut xid = 0;
+        call(&mut c, &mut xid, create_req(root.clone(), Bytes::new())).await?;
+    }
+    match args.workload {
+        Workload::Sessions => return sessions(args).await,
+        Workload::Watch => return watch(args, root).await,
+        _ => {}
+    }
+    // Setup time: scale with keys so every client is ready before `start`.
+    let setup = Duration::from_secs_f64(1.0 + (args.keys * args.clients) as f64 / 20_000.0);
+    let start = Instant::now() + setup;
+    let deadline = start + Duration::from_secs_f64(args.duration);
+    let totals = Arc::new(Mutex::new(Totals::default()));
+    let mut tasks = Vec::new();
+    for id in 0..args.clients {
+        tasks.push(tokio::spawn(client(args.clone(), id, root.clone(), start, deadline, totals.clone())));
+    }
+    let mut failures = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e.to_string()),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64().max(args.duration);
+    let t = totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+    let (p50, p90, p99, p999, max) = match &t.hist {
+        Some(h) => (q(h, 0.5), q(h, 0.9), q(h, 0.99), q(h, 0.999), h.max() as f64 / 1000.0),
+        None => (0.0, 0.0, 0.0, 0.0, 0.0),
+    };
+    Ok(serde_json::json!({
+        "workload": format!("{:?}", args.workload).to_lowercase(),
+        "clients": args.clients,
+        "inflight": args.inflight,
+        "size": args.size,
+        "seconds": elapsed,
+        "ok": t.ok,
+        "ops_per_sec": t.ok as f64 / elapsed,
+        "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "p999_ms": p999, "max_ms": max,
+        "errors": t.errors.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
+        "client_failures": failures,
+    }))
+}
