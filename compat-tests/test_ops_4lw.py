@@ -285,8 +285,6 @@ def test_mntr_format_and_values(shared_server, conn):
     assert int(after["zk_global_sessions"]) >= 1
 
 
-@deviation("mntr lacks gauges ZooKeeper registers: zk_auth_failed_count, zk_connection_drop_probability, "
-           "zk_last/min/max_client_response_size, zk_outstanding_tls_handshake, zk_non_mtls_remote/local_conn_count")
 def test_mntr_has_every_zookeeper_gauge(shared_server):
     """mntr includes every non-leader gauge ZooKeeper 3.8's server registers."""
     kv = mntr(shared_server)
@@ -299,13 +297,11 @@ def test_mntr_has_every_zookeeper_gauge(shared_server):
     assert not missing, missing
 
 
-@deviation("mntr zk_version is '3.8.0-warden-0.1.0' while srvr says '3.8.0-warden-0.1.0, built on unknown'")
 def test_mntr_version_is_srvr_version(shared_server):
     """mntr's zk_version is the same full version string srvr prints (including ', built on ...')."""
     assert mntr(shared_server)["zk_version"] == kv_colon(fl(shared_server, "srvr"))["Zookeeper version"]
 
 
-@deviation("zk_approximate_data_size is 1 lower: ZooKeeper's DataTree also counts the root under the key '/' (path length 1)")
 def test_mntr_approximate_data_size_counts_paths_and_data(shared_server):
     """zk_approximate_data_size is the sum of path length + data length over all znodes, plus 1 for the root's '/' alias."""
     zk = KazooClient(shared_server.hostport)
@@ -351,7 +347,7 @@ def test_conf_keys_and_values(shared_server):
     assert re.fullmatch(r"\d+", kv["serverId"])
 
 
-@deviation("conf says serverId=1 and dataDir=<dataDir>; standalone ZooKeeper says serverId=0 and dataDir=<dataDir>/version-2")
+@deviation("conf says dataDir=<dataDir>; standalone ZooKeeper says dataDir=<dataDir>/version-2 (its own on-disk layout)")
 def test_conf_standalone_values(shared_server):
     """A standalone ZooKeeper reports serverId=0 and its snapshot directory <dataDir>/version-2 as dataDir/dataLogDir."""
     kv = dict(line.split("=", 1) for line in fl(shared_server, "conf").splitlines())
@@ -380,7 +376,6 @@ def test_cons_session_line(shared_server, conn):
     assert mine["queued"] == "0"
 
 
-@deviation("cons counts neither the ConnectRequest in recved nor the ConnectResponse in sent")
 def test_cons_counts_connect_packets(shared_server, conn):
     """cons's recved/sent include the session's ConnectRequest/ConnectResponse (connect + 2 requests = 3 each)."""
     my_port = conn.sock.getsockname()[1]
@@ -390,7 +385,6 @@ def test_cons_counts_connect_packets(shared_server, conn):
     assert (mine["recved"], mine["sent"]) == ("3", "3"), mine
 
 
-@deviation("cons lop is Warden's op name ('create', 'get_data'); ZooKeeper prints its 4-letter op codes (CREA, GETD, ...)")
 def test_cons_last_op_codes(shared_server, conn):
     """cons shows the last operation as ZooKeeper's op code: CREA after a create, GETD after a getData, EXIS after exists."""
     my_port = conn.sock.getsockname()[1]
@@ -401,8 +395,6 @@ def test_cons_last_op_codes(shared_server, conn):
         assert cons_lines(fl(shared_server, "cons"))[my_port]["lop"] == code
 
 
-@deviation("cons prints a connection without a session (e.g. the four-letter connection itself) as "
-           "(queued=0,recved=0,sent=0,sid=0x0,lop=NA,est=..,to=0,...); ZooKeeper prints only (queued=0,recved=1,sent=0)")
 def test_cons_sessionless_connection_is_bare(shared_server):
     """cons shows a connection that has no session as ' /ip:port[n](queued=0,recved=1,sent=0)'."""
     out, my_port = raw_4lw(shared_server, b"cons")
@@ -421,7 +413,6 @@ def test_crst_resets_connection_counters(shared_server, conn):
     assert (mine["minlat"], mine["avglat"], mine["maxlat"]) == ("0", "0", "0"), mine
 
 
-@deviation("crst keeps lop/lcxid/lzxid/lresp/llat; ZooKeeper resets them (lop=NA, lcxid dropped, lzxid=0xffffffffffffffff, lresp=0, llat=0)")
 def test_crst_resets_last_operation(shared_server, conn):
     """After crst a session's cons line shows lop=NA, no lcxid, lzxid=0xffffffffffffffff, lresp=0, llat=0."""
     my_port = conn.sock.getsockname()[1]
@@ -446,8 +437,6 @@ def test_envi_format(shared_server):
     assert os.path.realpath(kv["user.dir"]) == os.path.realpath(shared_server.base_dir)
 
 
-@deviation("envi prints os.name=linux, os.arch=x86_64, an empty user.name and no os.version/user.home "
-           "(ZooKeeper: os.name=Linux, os.version=<uname -r>, user.name=<login>, user.home=<home>)")
 def test_envi_os_and_user_values(shared_server):
     """envi reports os.name, os.version, user.name and user.home with the values the JVM reports on this machine."""
     kv = dict(line.split("=", 1) for line in fl(shared_server, "envi").splitlines()[1:])
@@ -494,7 +483,6 @@ def test_wchp_lists_sessions_per_path(shared_server, conn):
         other.close()
 
 
-@deviation("wchc and wchp end with a single newline; ZooKeeper adds a blank line after the list")
 def test_wchc_wchp_end_with_blank_line(shared_server, conn):
     """wchc and wchp output ends with an empty line ('\\n\\n'), as ZooKeeper's println after the dump."""
     conn.exists("/wch-blank", watch=True)
@@ -502,7 +490,6 @@ def test_wchc_wchp_end_with_blank_line(shared_server, conn):
     assert fl(shared_server, "wchp").endswith("\n\n")
 
 
-@deviation("wchs/wchc/wchp include child watches; ZooKeeper 3.8 reports data/exist watches only there (mntr's zk_watch_count has both)")
 def test_wch_words_report_data_watches_only(shared_server, conn):
     """A session with only a child watch counts in mntr's zk_watch_count but is not listed by wchc/wchp."""
     before = int(mntr(shared_server)["zk_watch_count"])
@@ -554,7 +541,6 @@ def test_srst_resets_server_counters(shared_server, conn):
     assert (lat_min, lat_max) == ("0", "0")
 
 
-@deviation("srvr prints the average latency with 4 fixed decimals ('0/0.0000/0'); ZooKeeper prints Java's double ('0/0.0/0', '4.6667', '5.0')")
 def test_srst_latency_line_exact(shared_server):
     """Right after srst, srvr prints exactly 'Latency min/avg/max: 0/0.0/0'."""
     fl(shared_server, "srst")
@@ -572,7 +558,6 @@ def test_dirs(shared_server):
 DEFAULT_TRACE_MASK = 306  # ZooTrace's default mask
 
 
-@deviation("gtmk answers '0\\n'; ZooKeeper answers its trace mask '306' without a newline")
 def test_gtmk_default_mask(shared_server):
     """gtmk answers the current trace mask in decimal with no newline: 306 by default."""
     assert fl(shared_server, "gtmk") == str(DEFAULT_TRACE_MASK)

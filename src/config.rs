@@ -83,7 +83,7 @@ impl Default for Config {
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
             container_check_interval_ms: 1000,
-            server_id: 1,
+            server_id: 0,
         }
     }
 }

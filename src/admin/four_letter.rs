@@ -11,6 +11,23 @@ use crate::dispatch::Dispatcher;
 /// that expect `3.x.y` keep working).
 pub const VERSION: &str = concat!("3.8.0-warden-", env!("CARGO_PKG_VERSION"));
 
+/// The full version line `srvr`, `mntr` and `envi` print.
+pub fn full_version() -> String {
+    format!("{VERSION}, built on unknown")
+}
+
+/// A latency average as ZooKeeper prints it: rounded to 4 decimals, then Java's
+/// `Double.toString` (`0.0`, `5.0`, `4.6667`).
+pub fn java_double(v: f64) -> String {
+    let r = (v * 10_000.0).round() / 10_000.0;
+    if r.fract() == 0.0 {
+        format!("{r:.1}")
+    } else {
+        let s = format!("{r:.4}");
+        s.trim_end_matches('0').to_string()
+    }
+}
+
 /// The four-letter words ZooKeeper knows, with the admin command name each maps to.
 pub const WORDS: &[(&str, &str)] = &[
     ("ruok", "ruok"),
@@ -32,6 +49,9 @@ pub const WORDS: &[(&str, &str)] = &[
     ("stmk", "set_trace_mask"),
     ("hash", "hash"),
 ];
+
+/// ZooKeeper's default trace mask (`ZooTrace`), which `gtmk` reports.
+pub const TRACE_MASK: i64 = 306;
 
 /// The server's mode as `srvr` and `mntr` report it.
 pub fn mode(_d: &Dispatcher) -> &'static str {
@@ -57,14 +77,15 @@ fn node_count(d: &Dispatcher) -> usize {
 }
 
 fn server_stats(d: &Dispatcher, with_clients: bool) -> String {
-    let mut s = format!("Zookeeper version: {VERSION}, built on unknown\n");
+    let mut s = format!("Zookeeper version: {}\n", full_version());
     if with_clients {
         s.push_str("Clients:\n");
         for c in d.stats.connections() {
             let _ = writeln!(
                 s,
-                " /{}[1](queued={},recved={},sent={})",
+                " /{}[{}](queued={},recved={},sent={})",
                 c.peer,
+                u8::from(c.session_id.load(Ordering::Relaxed) != 0),
                 c.outstanding.load(Ordering::Relaxed).max(0),
                 c.received.load(Ordering::Relaxed),
                 c.sent.load(Ordering::Relaxed)
@@ -75,7 +96,8 @@ fn server_stats(d: &Dispatcher, with_clients: bool) -> String {
     let (min, avg, max) = d.stats.latency.get();
     let _ = write!(
         s,
-        "Latency min/avg/max: {min}/{avg:.4}/{max}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {}\nNode count: {}\n",
+        "Latency min/avg/max: {min}/{}/{max}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {}\nNode count: {}\n",
+        java_double(avg),
         d.stats.received.load(Ordering::Relaxed),
         d.stats.sent.load(Ordering::Relaxed),
         d.stats.connection_count(),
@@ -96,9 +118,9 @@ pub fn monitor(d: &Dispatcher) -> Vec<(String, String)> {
     };
     let m = d.raft.metrics().borrow().clone();
     let mut v: Vec<(String, String)> = vec![
-        ("zk_version".into(), VERSION.into()),
+        ("zk_version".into(), full_version()),
         ("zk_server_state".into(), mode(d).into()),
-        ("zk_avg_latency".into(), format!("{avg:.4}")),
+        ("zk_avg_latency".into(), java_double(avg)),
         ("zk_max_latency".into(), max.to_string()),
         ("zk_min_latency".into(), min.to_string()),
         ("zk_packets_received".into(), d.stats.received.load(Ordering::Relaxed).to_string()),
@@ -111,8 +133,16 @@ pub fn monitor(d: &Dispatcher) -> Vec<(String, String)> {
         ("zk_approximate_data_size".into(), data_size.to_string()),
         ("zk_open_file_descriptor_count".into(), open_fds().to_string()),
         ("zk_max_file_descriptor_count".into(), max_fds().to_string()),
+        ("zk_last_client_response_size".into(), d.stats.response_size.last().to_string()),
+        ("zk_max_client_response_size".into(), d.stats.response_size.max().to_string()),
+        ("zk_min_client_response_size".into(), d.stats.response_size.min().to_string()),
         ("zk_global_sessions".into(), sessions.to_string()),
         ("zk_local_sessions".into(), "0".into()),
+        ("zk_connection_drop_probability".into(), "0.0".into()),
+        ("zk_outstanding_tls_handshake".into(), "0".into()),
+        ("zk_auth_failed_count".into(), d.stats.auth_failed.load(Ordering::Relaxed).to_string()),
+        ("zk_non_mtls_remote_conn_count".into(), "0".into()),
+        ("zk_non_mtls_local_conn_count".into(), "0".into()),
         ("zk_uptime".into(), d.stats.started.elapsed().as_millis().to_string()),
         ("zk_quorum_size".into(), m.membership_config.membership().voter_ids().count().to_string()),
         ("zk_raft_term".into(), m.current_term.to_string()),
@@ -160,14 +190,39 @@ pub fn configuration(d: &Dispatcher) -> Vec<(String, String)> {
 
 /// `envi` as key/value pairs.
 pub fn environment() -> Vec<(String, String)> {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned()).unwrap_or_default();
+    let host = Some(read("/proc/sys/kernel/hostname")).filter(|h| !h.is_empty()).unwrap_or_else(|| "localhost".into());
     let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
+    // The names a JVM reports, so tools that parse envi see familiar values.
+    let os_name = match std::env::consts::OS {
+        "linux" => "Linux".to_owned(),
+        "macos" => "Mac OS X".to_owned(),
+        other => other.to_owned(),
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64".to_owned(),
+        other => other.to_owned(),
+    };
+    let uid = read("/proc/self/status")
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .unwrap_or_default();
+    let passwd = read("/etc/passwd");
+    let (user, home) = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() > 5 && f[2] == uid)
+        .map(|f| (f[0].to_owned(), f[5].to_owned()))
+        .unwrap_or_else(|| (std::env::var("USER").unwrap_or_default(), std::env::var("HOME").unwrap_or_default()));
     vec![
-        ("zookeeper.version".into(), format!("{VERSION}, built on unknown")),
+        ("zookeeper.version".into(), full_version()),
         ("host.name".into(), host),
-        ("os.name".into(), std::env::consts::OS.into()),
-        ("os.arch".into(), std::env::consts::ARCH.into()),
-        ("user.name".into(), std::env::var("USER").unwrap_or_default()),
+        ("os.name".into(), os_name),
+        ("os.arch".into(), arch),
+        ("os.version".into(), read("/proc/sys/kernel/osrelease")),
+        ("user.name".into(), user),
+        ("user.home".into(), home),
         ("user.dir".into(), cwd),
         ("process.id".into(), std::process::id().to_string()),
     ]
@@ -251,6 +306,7 @@ pub fn run(d: &Dispatcher, word: &[u8; 4]) -> String {
                     let _ = writeln!(s, "\t{p}");
                 }
             }
+            s.push('\n');
             s
         }
         b"wchp" => {
@@ -261,6 +317,7 @@ pub fn run(d: &Dispatcher, word: &[u8; 4]) -> String {
                     let _ = writeln!(s, "\t{sid:#x}");
                 }
             }
+            s.push('\n');
             s
         }
         b"dump" => dump(d),
@@ -269,7 +326,7 @@ pub fn run(d: &Dispatcher, word: &[u8; 4]) -> String {
             dir_size(&d.config.data_dir),
             dir_size(&d.config.data_log_dir)
         ),
-        b"gtmk" => "0\n".into(),
+        b"gtmk" => TRACE_MASK.to_string(),
         b"stmk" => "0\n".into(),
         _ => format!("{w} is not supported by this server.\n"),
     }

@@ -27,109 +27,154 @@ use serde_json::Value;
 use crate::admin::four_letter;
 use crate::dispatch::Dispatcher;
 
-fn pairs_json(pairs: Vec<(String, String)>, strip: &str) -> Map<String, Value> {
-    pairs
-        .into_iter()
-        .map(|(k, v)| {
-            let key = k.strip_prefix(strip).unwrap_or(&k).replace('.', "_");
-            let val = v.parse::<i64>().map(Value::from).unwrap_or(Value::String(v));
-            (key, val)
-        })
-        .collect()
-}
-
-/// The JSON for one admin command (by ZooKeeper command name or four-letter alias).
+/// The JSON for one admin command (by ZooKeeper command name or four-letter alias), shaped as
+/// ZooKeeper 3.8's AdminServer answers it.
 pub fn command_json(d: &Dispatcher, name: &str) -> Option<Value> {
-    let canonical = four_letter::WORDS
-        .iter()
-        .find(|(w, c)| *w == name || *c == name || (name == "conf" && *c == "configuration"))
-        .map(|(_, c)| *c)
-        .or(match name {
+    let canonical =
+        four_letter::WORDS.iter().find(|(w, c)| *w == name || *c == name).map(|(_, c)| *c).or(match name {
             "config" => Some("configuration"),
             "env" => Some("environment"),
             _ => None,
         })?;
-    let mut body = match canonical {
-        "ruok" => Map::new(),
-        "monitor" => pairs_json(four_letter::monitor(d), "zk_"),
-        "configuration" => pairs_json(four_letter::configuration(d), ""),
-        "environment" => pairs_json(four_letter::environment(), ""),
+    let mut m = Map::new();
+    match canonical {
+        "ruok" => {}
+        "monitor" => {
+            for (k, v) in four_letter::monitor(d) {
+                let key = k.strip_prefix("zk_").unwrap_or(&k).to_owned();
+                let val = v
+                    .parse::<i64>()
+                    .map(Value::from)
+                    .or_else(|_| v.parse::<f64>().map(Value::from))
+                    .unwrap_or(Value::String(v));
+                m.insert(key, val);
+            }
+        }
+        "configuration" => {
+            for (k, v) in four_letter::configuration(d) {
+                m.insert(snake(&k), v.parse::<i64>().map(Value::from).unwrap_or(Value::String(v)));
+            }
+        }
+        "environment" => {
+            for (k, v) in four_letter::environment() {
+                m.insert(k, Value::String(v));
+            }
+        }
         "server_stats" | "stats" => {
             let (min, avg, max) = d.stats.latency.get();
-            let mut m = Map::new();
-            m.insert("version".into(), json!(four_letter::VERSION));
-            m.insert("server_state".into(), json!(four_letter::mode(d)));
-            m.insert("min_latency".into(), json!(min));
-            m.insert("avg_latency".into(), json!(avg));
-            m.insert("max_latency".into(), json!(max));
-            m.insert("packets_received".into(), json!(d.stats.received.load(Ordering::Relaxed)));
-            m.insert("packets_sent".into(), json!(d.stats.sent.load(Ordering::Relaxed)));
-            m.insert("num_alive_client_connections".into(), json!(d.stats.connection_count()));
-            m.insert("outstanding_requests".into(), json!(d.stats.outstanding()));
-            m.insert("last_processed_zxid".into(), json!(d.last_zxid()));
+            m.insert("version".into(), json!(four_letter::full_version()));
+            m.insert("read_only".into(), json!(false));
+            m.insert(
+                "server_stats".into(),
+                json!({
+                    "packets_sent": d.stats.sent.load(Ordering::Relaxed),
+                    "packets_received": d.stats.received.load(Ordering::Relaxed),
+                    "server_state": four_letter::mode(d),
+                    "outstanding_requests": d.stats.outstanding(),
+                    "num_alive_client_connections": d.stats.connection_count(),
+                    "last_processed_zxid": d.last_zxid(),
+                    "min_latency": min,
+                    "max_latency": max,
+                    "avg_latency": avg,
+                    "uptime": d.stats.started.elapsed().as_millis() as u64,
+                    "data_dir_size": four_letter::dir_size(&d.config.data_dir),
+                    "log_dir_size": four_letter::dir_size(&d.config.data_log_dir),
+                    "auth_failed_count": d.stats.auth_failed.load(Ordering::Relaxed),
+                }),
+            );
+            m.insert(
+                "client_response".into(),
+                json!({
+                    "last_buffer_size": d.stats.response_size.last(),
+                    "min_buffer_size": d.stats.response_size.min(),
+                    "max_buffer_size": d.stats.response_size.max(),
+                }),
+            );
             m.insert("node_count".into(), json!(d.shared.read().node_count() + 1));
             if canonical == "stats" {
                 m.insert("connections".into(), connections(d));
+                m.insert("secure_connections".into(), json!([]));
             }
-            m
         }
         "connections" => {
-            let mut m = Map::new();
             m.insert("connections".into(), connections(d));
-            m
+            m.insert("secure_connections".into(), json!([]));
         }
-        "connection_stat_reset"
-        | "stat_reset"
-        | "dump"
-        | "watch_summary"
-        | "watches"
-        | "watches_by_path"
-        | "is_read_only"
-        | "dirs"
-        | "get_trace_mask"
-        | "set_trace_mask"
-        | "hash" => {
-            let word = four_letter::WORDS.iter().find(|(_, c)| *c == canonical).map_or("", |(w, _)| *w);
-            let mut arr = [0u8; 4];
-            arr.copy_from_slice(word.as_bytes());
-            let mut m = Map::new();
-            match canonical {
-                "is_read_only" => {
-                    m.insert("read_only".into(), json!(false));
-                }
-                "watches" => {
-                    let w: Map<String, Value> = d
-                        .watches
-                        .by_session()
-                        .into_iter()
-                        .map(|(s, p)| (format!("{s:#x}"), json!(p.into_iter().collect::<Vec<_>>())))
-                        .collect();
-                    m.insert("session_id_to_watched_paths".into(), Value::Object(w));
-                }
-                "watches_by_path" => {
-                    let w: Map<String, Value> = d
-                        .watches
-                        .by_path()
-                        .into_iter()
-                        .map(|(p, s)| (p, json!(s.into_iter().map(|x| format!("{x:#x}")).collect::<Vec<_>>())))
-                        .collect();
-                    m.insert("path_to_session_ids".into(), Value::Object(w));
-                }
-                "dirs" => {
-                    m.insert("datadir_size".into(), json!(four_letter::dir_size(&d.config.data_dir)));
-                    m.insert("logdir_size".into(), json!(four_letter::dir_size(&d.config.data_log_dir)));
-                }
-                _ => {
-                    m.insert("output".into(), json!(four_letter::run(d, &arr)));
+        "watch_summary" => {
+            let by_session = d.watches.by_session();
+            m.insert("num_connections".into(), json!(by_session.len()));
+            m.insert("num_paths".into(), json!(d.watches.by_path().len()));
+            m.insert("num_total_watches".into(), json!(by_session.values().map(|p| p.len()).sum::<usize>()));
+        }
+        "watches" => {
+            let w: Map<String, Value> = d
+                .watches
+                .by_session()
+                .into_iter()
+                .map(|(s, p)| (s.to_string(), json!(p.into_iter().collect::<Vec<_>>())))
+                .collect();
+            m.insert("session_id_to_watched_paths".into(), Value::Object(w));
+        }
+        "watches_by_path" => {
+            let w: Map<String, Value> =
+                d.watches.by_path().into_iter().map(|(p, s)| (p, json!(s.into_iter().collect::<Vec<_>>()))).collect();
+            m.insert("path_to_session_ids".into(), Value::Object(w));
+        }
+        "dump" => {
+            let heard = d.sessions.last_heard_ms();
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_millis() as i64);
+            let tree = d.shared.read();
+            let mut expiry: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+            let mut eph = Map::new();
+            for (id, s) in tree.sessions() {
+                let ago = heard.get(id).copied().unwrap_or(0) as i64;
+                expiry.entry((now - ago + i64::from(s.timeout_ms)).to_string()).or_default().push(*id);
+                if !s.ephemerals.is_empty() {
+                    eph.insert(id.to_string(), json!(s.ephemerals.iter().cloned().collect::<Vec<_>>()));
                 }
             }
-            m
+            m.insert("expiry_time_to_session_ids".into(), json!(expiry));
+            m.insert("session_id_to_ephemeral_paths".into(), Value::Object(eph));
         }
+        "is_read_only" => {
+            m.insert("read_only".into(), json!(false));
+        }
+        "dirs" => {
+            m.insert("datadir_size".into(), json!(four_letter::dir_size(&d.config.data_dir)));
+            m.insert("logdir_size".into(), json!(four_letter::dir_size(&d.config.data_log_dir)));
+        }
+        "get_trace_mask" | "set_trace_mask" => {
+            m.insert("tracemask".into(), json!(four_letter::TRACE_MASK));
+        }
+        "hash" => {
+            m.insert("digests".into(), json!([]));
+        }
+        "connection_stat_reset" => {
+            for c in d.stats.connections() {
+                c.reset();
+            }
+        }
+        "stat_reset" => d.stats.reset(),
         _ => return None,
-    };
-    body.insert("command".into(), json!(canonical));
-    body.insert("error".into(), Value::Null);
-    Some(Value::Object(body))
+    }
+    m.insert("command".into(), json!(canonical));
+    m.insert("error".into(), Value::Null);
+    Some(Value::Object(m))
+}
+
+/// `clientPortListenBacklog` -> `client_port_listen_backlog` (ZooKeeper's JSON keys).
+fn snake(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for ch in camel.chars() {
+        if ch.is_ascii_uppercase() {
+            out.push('_');
+            out.push(ch.to_ascii_lowercase());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 fn connections(d: &Dispatcher) -> Value {
@@ -138,12 +183,23 @@ fn connections(d: &Dispatcher) -> Value {
             .connections()
             .iter()
             .map(|c| {
+                let (min, avg, max) = c.latency.get();
                 json!({
                     "remote_socket_address": c.peer.to_string(),
-                    "session_id": format!("{:#x}", c.session_id.load(Ordering::Relaxed)),
+                    "interest_ops": 1,
+                    "outstanding_requests": c.outstanding.load(Ordering::Relaxed).max(0),
                     "packets_received": c.received.load(Ordering::Relaxed),
                     "packets_sent": c.sent.load(Ordering::Relaxed),
-                    "outstanding_requests": c.outstanding.load(Ordering::Relaxed).max(0),
+                    "session_id": c.session_id.load(Ordering::Relaxed),
+                    "last_operation": *c.last_op.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                    "session_timeout": c.timeout_ms.load(Ordering::Relaxed),
+                    "last_cxid": c.last_cxid.load(Ordering::Relaxed),
+                    "last_zxid": c.last_zxid.load(Ordering::Relaxed),
+                    "last_response_time": c.last_response_ms.load(Ordering::Relaxed),
+                    "last_latency": c.last_latency_ms.load(Ordering::Relaxed),
+                    "min_latency": min,
+                    "avg_latency": avg,
+                    "max_latency": max,
                     "established": c.established_ms,
                 })
             })
@@ -159,7 +215,8 @@ async fn commands() -> Json<Value> {
 async fn command(State(d): State<Dispatcher>, Path(name): Path<String>) -> Response {
     match command_json(&d, &name) {
         Some(v) => Json(v).into_response(),
-        None => (StatusCode::NOT_FOUND, Json(json!({ "command": name, "error": "Unknown command" }))).into_response(),
+        // ZooKeeper answers an unknown command with 200 and an error message.
+        None => Json(json!({ "command": name, "error": format!("Unknown command: {name}") })).into_response(),
     }
 }
 

@@ -27,6 +27,10 @@ pub fn install() -> Option<PrometheusHandle> {
 pub fn refresh(d: &Dispatcher) {
     for (key, value) in crate::admin::four_letter::monitor(d) {
         let Some(name) = key.strip_prefix("zk_") else { continue };
+        // Counted as they happen by their own modules; a gauge of the same name would clash.
+        if matches!(name, "packets_received" | "packets_sent") {
+            continue;
+        }
         if let Ok(v) = value.parse::<f64>() {
             metrics::gauge!(name.to_owned()).set(v);
         }

@@ -132,14 +132,17 @@ struct Done {
     xid: i32,
     reply: Reply,
     close: bool,
+    /// Metric label.
     op: &'static str,
+    /// ZooKeeper's short name for `cons`.
+    short: &'static str,
     started: Instant,
 }
 
 type Job = BoxFuture<'static, Done>;
 
-fn ready(xid: i32, reply: Reply, close: bool, op: &'static str, started: Instant) -> Job {
-    futures::future::ready(Done { xid, reply, close, op, started }).boxed()
+fn ready(xid: i32, reply: Reply, close: bool, op: (&'static str, &'static str), started: Instant) -> Job {
+    futures::future::ready(Done { xid, reply, close, op: op.0, short: op.1, started }).boxed()
 }
 
 fn expired_response(read_only: Option<bool>) -> ServerMessage {
@@ -176,14 +179,15 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
     };
     let req = match first {
         ClientMessage::FourLetterWord { word, .. } => {
-            let text = crate::admin::four_letter(&d, &word);
             d.stats.packet_received(cs);
+            let text = crate::admin::four_letter(&d, &word);
             let _ = writer.send(ServerMessage::Raw(Bytes::from(text))).await;
             return;
         }
         ClientMessage::Connect(req) => req,
         _ => return,
     };
+    d.stats.packet_received(cs);
 
     // ZooKeeperServer.processConnectRequest: never serve a client that has seen newer state.
     let last_zxid = d.last_zxid();
@@ -228,6 +232,8 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
         passwd,
         read_only: req.read_only.map(|_| false),
     };
+    d.stats.packet_sent(None);
+    cs.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if writer.send(ServerMessage::Connect(resp)).await.is_err() {
         d.watches.disconnect(session_id, &ev_tx);
         d.sessions.detach(session_id, conn_id);
@@ -248,7 +254,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
     loop {
         tokio::select! {
             biased;
-            Some(Done { xid, reply, close, op, started }) = jobs.next() => {
+            Some(Done { xid, reply, close, op, short, started }) = jobs.next() => {
                 cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 while let Ok(e) = ev_rx.try_recv() {
                     events.push_back(e);
@@ -260,7 +266,8 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                         break;
                     }
                 }
-                cs.replied(op, xid, reply.zxid, started);
+                cs.replied(short, xid, reply.zxid, started);
+                d.stats.response_size.record(16 + reply.response.encoded_len() as i64);
                 d.stats.packet_sent(Some((op, started.elapsed())));
                 let msg = ServerMessage::Reply {
                     header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
@@ -296,12 +303,12 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                             // UnimplementedRequestProcessor: err -6 with zxid -1, then the
                             // connection is closed.
                             let reply = Reply { zxid: -1, err: ErrorCode::Unimplemented, response: Response::Empty };
-                            jobs.push_back(ready(m.header.xid, reply, true, "unknown", Instant::now()));
+                            jobs.push_back(ready(m.header.xid, reply, true, ("unknown", "NA"), Instant::now()));
                             reading = false;
                         } else {
                             let reply =
                                 Reply { zxid: d.last_zxid(), err: ErrorCode::MarshallingError, response: Response::Empty };
-                            jobs.push_back(ready(m.header.xid, reply, false, "unknown", Instant::now()));
+                            jobs.push_back(ready(m.header.xid, reply, false, ("unknown", "NA"), Instant::now()));
                         }
                         continue;
                     }
@@ -316,6 +323,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                 cs.outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let started = Instant::now();
                 let op = request.opcode().name();
+                let short = stats::short_op(request.opcode());
                 let xid = header.xid;
                 if let Request::Auth(a) = &request {
                     match d.authenticate(&a.scheme, &a.auth) {
@@ -327,12 +335,13 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                             }
                             d.watches.set_auth(session_id, caller.auth.clone());
                             let reply = Reply { zxid: d.last_zxid(), err: ErrorCode::Ok, response: Response::Empty };
-                            jobs.push_back(ready(xid, reply, false, op, started));
+                            jobs.push_back(ready(xid, reply, false, (op, short), started));
                         }
                         Err(code) => {
                             // ZooKeeper answers AuthFailed and closes the connection.
+                            d.stats.auth_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
-                            jobs.push_back(ready(xid, reply, true, op, started));
+                            jobs.push_back(ready(xid, reply, true, (op, short), started));
                             reading = false;
                         }
                     }
@@ -341,12 +350,12 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                 match d.prep(&caller, &request) {
                     Prepped::Refuse(code) => {
                         let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
-                        jobs.push_back(ready(xid, reply, false, op, started));
+                        jobs.push_back(ready(xid, reply, false, (op, short), started));
                     }
                     Prepped::Read => {
                         if *done_tx.borrow() >= submitted {
                             let reply = d.read(&caller, &request);
-                            jobs.push_back(ready(xid, reply, false, op, started));
+                            jobs.push_back(ready(xid, reply, false, (op, short), started));
                         } else {
                             let target = submitted;
                             let mut rx = done_tx.subscribe();
@@ -355,7 +364,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                             jobs.push_back(
                                 async move {
                                     let _ = rx.wait_for(|v| *v >= target).await;
-                                    Done { xid, reply: d2.read(&c2, &request), close: false, op, started }
+                                    Done { xid, reply: d2.read(&c2, &request), close: false, op, short, started }
                                 }
                                 .boxed(),
                             );
@@ -375,7 +384,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                                 done.send_modify(|v| *v += 1);
                                 let mut reply = d2.write_reply(write_op, result);
                                 d2.shape_multi(&request, &mut reply);
-                                Done { xid, reply, close, op, started }
+                                Done { xid, reply, close, op, short, started }
                             }
                             .boxed(),
                         );

@@ -28,6 +28,39 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// ZooKeeper's short operation names as `cons` prints them (`FinalRequestProcessor` lastOp).
+pub fn short_op(op: jute::OpCode) -> &'static str {
+    use jute::OpCode as O;
+    match op {
+        O::Create | O::Create2 | O::CreateContainer | O::CreateTtl => "CREA",
+        O::Delete | O::DeleteContainer => "DELE",
+        O::Exists => "EXIS",
+        O::GetData => "GETD",
+        O::SetData => "SETD",
+        O::GetAcl => "GETA",
+        O::SetAcl => "SETA",
+        O::GetChildren | O::GetChildren2 => "GETC",
+        O::Sync => "SYNC",
+        O::Ping => "PING",
+        O::Check => "CHEC",
+        O::Multi => "MULT",
+        O::MultiRead => "MLTR",
+        O::Reconfig => "RECO",
+        O::CheckWatches => "CHKW",
+        O::RemoveWatches => "REMW",
+        O::Auth => "AUTH",
+        O::SetWatches | O::SetWatches2 => "SETW",
+        O::Sasl => "SASL",
+        O::GetEphemerals => "GETE",
+        O::GetAllChildrenNumber => "GETACN",
+        O::AddWatch => "ADDW",
+        O::WhoAmI => "HOMI",
+        O::CloseSession => "CLOS",
+        O::CreateSession => "SESS",
+        O::Notification | O::Error => "NA",
+    }
+}
+
 /// Min/avg/max latency in ms, resettable.
 #[derive(Default)]
 pub struct Latency {
@@ -88,7 +121,7 @@ pub struct ConnStats {
 }
 
 impl ConnStats {
-    /// Records a reply sent for an op.
+    /// Records a reply sent for an op (`op` is ZooKeeper's short name, see [`short_op`]).
     pub fn replied(&self, op: &'static str, xid: i32, zxid: i64, started: Instant) {
         let ms = started.elapsed().as_millis() as u64;
         self.sent.fetch_add(1, Ordering::Relaxed);
@@ -100,21 +133,30 @@ impl ConnStats {
         self.latency.record(ms);
     }
 
-    /// ZooKeeper's `cons` line for this connection.
+    /// ZooKeeper's `cons` line for this connection (`ServerCnxn.dumpConnectionInfo`): a
+    /// connection without a session shows only its queue and packet counts, and `lcxid` is
+    /// left out until the session has sent a request.
     pub fn cons_line(&self) -> String {
-        let (min, avg, max) = self.latency.get();
-        let op = *self.last_op.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        format!(
-            " /{}[1](queued={},recved={},sent={},sid={:#x},lop={},est={},to={},lcxid={:#x},lzxid={:#x},lresp={},llat={},minlat={},avglat={:.0},maxlat={})",
+        let sid = self.session_id.load(Ordering::Relaxed);
+        let head = format!(
+            " /{}[{}](queued={},recved={},sent={}",
             self.peer,
+            u8::from(sid != 0),
             self.outstanding.load(Ordering::Relaxed).max(0),
             self.received.load(Ordering::Relaxed),
             self.sent.load(Ordering::Relaxed),
-            self.session_id.load(Ordering::Relaxed),
-            op,
+        );
+        if sid == 0 {
+            return head + ")";
+        }
+        let (min, avg, max) = self.latency.get();
+        let op = *self.last_op.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lcxid = self.last_cxid.load(Ordering::Relaxed);
+        let lcxid = if op == "NA" { String::new() } else { format!("lcxid={lcxid:#x},") };
+        format!(
+            "{head},sid={sid:#x},lop={op},est={},to={},{lcxid}lzxid={:#x},lresp={},llat={},minlat={},avglat={:.0},maxlat={})",
             self.established_ms,
             self.timeout_ms.load(Ordering::Relaxed),
-            self.last_cxid.load(Ordering::Relaxed),
             self.last_zxid.load(Ordering::Relaxed),
             self.last_response_ms.load(Ordering::Relaxed),
             self.last_latency_ms.load(Ordering::Relaxed),
@@ -124,11 +166,50 @@ impl ConnStats {
         )
     }
 
-    /// `crst` for one connection.
+    /// `crst` for one connection (`ServerCnxn.resetStats`).
     pub fn reset(&self) {
         self.received.store(0, Ordering::Relaxed);
         self.sent.store(0, Ordering::Relaxed);
         self.latency.reset();
+        *self.last_op.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = "NA";
+        self.last_cxid.store(-1, Ordering::Relaxed);
+        self.last_zxid.store(-1, Ordering::Relaxed);
+        self.last_response_ms.store(0, Ordering::Relaxed);
+        self.last_latency_ms.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Last/min/max of a size (`zk_*_client_response_size`); -1 until the first sample.
+pub struct SizeStats {
+    last: AtomicI64,
+    min: AtomicI64,
+    max: AtomicI64,
+}
+
+impl Default for SizeStats {
+    fn default() -> Self {
+        SizeStats { last: AtomicI64::new(-1), min: AtomicI64::new(-1), max: AtomicI64::new(-1) }
+    }
+}
+
+impl SizeStats {
+    /// Records one size.
+    pub fn record(&self, size: i64) {
+        self.last.store(size, Ordering::Relaxed);
+        let _ = self.min.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| (m < 0 || size < m).then_some(size));
+        self.max.fetch_max(size, Ordering::Relaxed);
+    }
+    /// The last size.
+    pub fn last(&self) -> i64 {
+        self.last.load(Ordering::Relaxed)
+    }
+    /// The smallest size.
+    pub fn min(&self) -> i64 {
+        self.min.load(Ordering::Relaxed)
+    }
+    /// The largest size.
+    pub fn max(&self) -> i64 {
+        self.max.load(Ordering::Relaxed)
     }
 }
 
@@ -138,6 +219,8 @@ pub struct ServerStats {
     pub received: AtomicU64,
     pub sent: AtomicU64,
     pub latency: Latency,
+    pub response_size: SizeStats,
+    pub auth_failed: AtomicU64,
     conns: Mutex<HashMap<u64, Arc<ConnStats>>>,
 }
 
@@ -148,6 +231,8 @@ impl Default for ServerStats {
             received: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             latency: Latency::default(),
+            response_size: SizeStats::default(),
+            auth_failed: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
         }
     }

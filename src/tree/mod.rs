@@ -213,7 +213,8 @@ impl DataTree {
             sessions: HashMap::new(),
             reapable: OrdSet::new(),
             last_zxid: 0,
-            data_size: 0,
+            // ZooKeeper's approximate data size counts the root's "/" alias (1 byte).
+            data_size: 1,
         };
         t.nodes.insert("/".into(), Node::new(Some(Bytes::new()), AclEntry::open(), 0, 0, 0));
         for (path, acl, data) in [

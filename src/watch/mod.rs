@@ -320,11 +320,12 @@ impl WatchManager {
         }
     }
 
-    /// Watched paths per session, both tables merged (`wchc`).
+    /// Watched paths per session (`wchc`): data and exist watches, as ZooKeeper 3.8 reports
+    /// them (its child watches are not listed there, though `watch_count` counts them).
     pub fn by_session(&self) -> std::collections::BTreeMap<i64, std::collections::BTreeSet<String>> {
         let inner = self.lock();
         let mut out: std::collections::BTreeMap<i64, std::collections::BTreeSet<String>> = Default::default();
-        for table in [&inner.data, &inner.child] {
+        for table in [&inner.data] {
             for (path, w) in table {
                 for s in w.keys() {
                     out.entry(*s).or_default().insert(path.clone());
@@ -334,11 +335,11 @@ impl WatchManager {
         out
     }
 
-    /// Watching sessions per path, both tables merged (`wchp`).
+    /// Watching sessions per path (`wchp`): data and exist watches, as in ZooKeeper 3.8.
     pub fn by_path(&self) -> std::collections::BTreeMap<String, std::collections::BTreeSet<i64>> {
         let inner = self.lock();
         let mut out: std::collections::BTreeMap<String, std::collections::BTreeSet<i64>> = Default::default();
-        for table in [&inner.data, &inner.child] {
+        for table in [&inner.data] {
             for (path, w) in table {
                 out.entry(path.clone()).or_default().extend(w.keys().copied());
             }

@@ -1,0 +1,1203 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: Warden vs Apache ZooKeeper 3.8 (Debian's package), standalone.
+
+Python 3 standard library only. Everything binds 127.0.0.1; every process this
+script starts is killed by PID at the end (also on Ctrl-C, SIGTERM or an
+exception) and every temp dir is removed.
+
+Phases (select with --phases):
+  throughput  create / set / get / mixed(90% reads), 16 sessions x 8 in flight, 100-byte values
+  latency     get / create / set at 1 session x 1 in flight (p50, p99)
+  watch       N watchers on one node, setData -> last event (warden-bench watch)
+  sessions    N concurrent sessions held for --session-hold s; held count, RSS per session
+  memory      RSS after --znodes znodes of 100 bytes (ZooKeeper also after a forced GC),
+              then kill -9 + restart, timed from process start to the first successful getData
+
+Every throughput/latency/watch run gets a FRESH server (new temp dataDir, new
+port): for each workload, rounds run ZooKeeper, Warden, ZooKeeper, Warden, ...
+(A B A B), and a round's ratio is Warden/ZooKeeper of that round's pair.
+
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+TICK_TIME_MS = 2000
+ZK_JAVA = "/usr/bin/java"
+ZK_CLASSPATH = ":".join(
+    [
+        "/usr/share/java/zookeeper.jar",
+        "/usr/share/java/zookeeper-jute.jar",
+        "/usr/share/java/slf4j-simple.jar",
+    ]
+)
+ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+# Targets from the issue: Warden/ZooKeeper ratios.
+THROUGHPUT_TARGET = 2.0  # ratio >= this
+LATENCY_TARGETS = {"get": 0.5, "create": 0.75, "set": 0.75}  # p50 and p99 ratio <= this
+
+THROUGHPUT_WORKLOADS = [
+    # (row name, warden-bench arguments)
+    ("create", ["--workload", "create"]),
+    ("set", ["--workload", "set"]),
+    ("get", ["--workload", "get"]),
+    ("mixed 90/10", ["--workload", "mixed", "--read-ratio", "0.9"]),
+]
+LATENCY_WORKLOADS = ["get", "create", "set"]
+ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory"]
+KINDS = ["zookeeper", "warden"]
+LABEL = {"zookeeper": "ZooKeeper", "warden": "Warden"}
+
+
+class BenchAbort(Exception):
+    """Raised from the SIGTERM/SIGHUP handler so `finally` blocks clean up."""
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Process bookkeeping: everything we start is in _LIVE and is killed by PID.
+# ---------------------------------------------------------------------------
+_LIVE: dict[int, subprocess.Popen] = {}
+_TEMP_DIRS: list[Path] = []
+
+
+def _child_setup() -> None:
+    """preexec_fn: raise the fd soft limit to the hard limit; die with the parent."""
+    try:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def spawn(cmd: list[str], **kw) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, **kw)
+    _LIVE[proc.pid] = proc
+    return proc
+
+
+def kill_proc(proc: subprocess.Popen | None) -> None:
+    if proc is None:
+        return
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    if proc.poll() is not None:
+        _LIVE.pop(proc.pid, None)
+
+
+def cleanup_all() -> None:
+    for proc in list(_LIVE.values()):
+        kill_proc(proc)
+    for d in list(_TEMP_DIRS):
+        shutil.rmtree(d, ignore_errors=True)
+        _TEMP_DIRS.remove(d)
+
+
+def make_temp_dir(prefix: str) -> Path:
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    _TEMP_DIRS.append(d)
+    return d
+
+
+def remove_temp_dir(d: Path) -> None:
+    shutil.rmtree(d, ignore_errors=True)
+    if d in _TEMP_DIRS:
+        _TEMP_DIRS.remove(d)
+
+
+def _on_signal(signum, _frame):
+    raise BenchAbort(f"signal {signum}")
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def four_letter(port: int, word: str, timeout: float = 5.0) -> str:
+    with socket.create_connection((HOST, port), timeout=timeout) as s:
+        s.sendall(word.encode("ascii"))
+        try:
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        chunks = []
+        while True:
+            try:
+                data = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def srvr_field(port: int, field: str) -> str | None:
+    try:
+        for line in four_letter(port, "srvr", timeout=5).splitlines():
+            if line.startswith(field + ":"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def jcmd_gc(pid: int) -> str | None:
+    """Force a full GC in the JVM; returns an error string or None."""
+    jcmd = shutil.which("jcmd")
+    if not jcmd:
+        return "jcmd not found"
+    try:
+        p = subprocess.run([jcmd, str(pid), "GC.run"], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "jcmd timed out"
+    if p.returncode != 0:
+        return f"jcmd exit {p.returncode}: {(p.stdout + p.stderr).strip()[:200]}"
+    time.sleep(1.0)  # let the GC finish returning memory before reading VmRSS
+    return None
+
+
+def mib(b: float | None) -> str:
+    return "n/a" if b is None else f"{b / (1 << 20):.1f} MiB"
+
+
+def fmt_num(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "n/a"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def stats3(xs: list[float]) -> tuple[float, float, float] | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return (min(xs), statistics.median(xs), max(xs))
+
+
+def fmt_stats3(s, digits: int = 3) -> str:
+    if s is None:
+        return "n/a"
+    return " / ".join(f"{x:.{digits}f}" for x in s)
+
+
+def machine_info() -> dict:
+    info: dict = {"nproc": os.cpu_count()}
+    try:
+        info["nproc_affinity"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    info["mem_total_gib"] = round(int(line.split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info["kernel"] = platform.release()
+    info["python"] = platform.python_version()
+    info["loadavg_at_start"] = os.getloadavg()
+    info["nofile_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        info["java"] = subprocess.run(
+            [ZK_JAVA, "-version"], capture_output=True, text=True, timeout=30
+        ).stderr.splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        info["java"] = "unknown"
+    return info
+
+
+# ---------------------------------------------------------------------------
+# Servers
+# ---------------------------------------------------------------------------
+class Server:
+    """One standalone server (Warden or ZooKeeper) with its own temp dir and port."""
+
+    def __init__(self, kind: str, opts: argparse.Namespace, name: str):
+        self.kind = kind
+        self.opts = opts
+        self.port = free_port()
+        self.base = make_temp_dir(f"warden-bench-{kind}-{name}-")
+        self.data_dir = self.base / "data"
+        self.data_dir.mkdir()
+        self.cfg = self.base / "zoo.cfg"
+        self.log_path = self.base / "server.log"
+        self.proc: subprocess.Popen | None = None
+        self._logf = None
+        self.cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={TICK_TIME_MS}",
+                    f"dataDir={self.data_dir}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={HOST}",
+                    # 0 = unlimited connections per client IP (all our clients are 127.0.0.1;
+                    # ZooKeeper's default of 60 would refuse the sessions/watch phases).
+                    "maxClientCnxns=0",
+                    "4lw.commands.whitelist=*",
+                    "admin.enableServer=false",
+                ]
+            )
+            + "\n"
+        )
+
+    @property
+    def label(self) -> str:
+        return LABEL[self.kind]
+
+    def command(self) -> list[str]:
+        if self.kind == "warden":
+            return [self.opts.warden_bin_run, "--config", str(self.cfg)]
+        return [
+            ZK_JAVA,
+            f"-Xmx{self.opts.zk_heap}",
+            *shlex.split(self.opts.zk_java_opts),
+            "-Dzookeeper.4lw.commands.whitelist=*",
+            "-Dzookeeper.admin.enableServer=false",
+            "-cp",
+            ZK_CLASSPATH,
+            ZK_MAIN,
+            str(self.cfg),
+        ]
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, timeout: float = 120.0) -> float:
+        """Start and wait until srvr reports a Mode; returns seconds to ready."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("already running")
+        self._logf = open(self.log_path, "ab")
+        cmd = self.command()
+        self._logf.write(f"\n=== start {' '.join(cmd)}\n".encode())
+        self._logf.flush()
+        t0 = time.monotonic()
+        self.proc = spawn(cmd, stdout=self._logf, stderr=subprocess.STDOUT, cwd=str(self.base))
+        self.wait_ready(t0, timeout)
+        return time.monotonic() - t0
+
+    def spawn_only(self) -> float:
+        """Start without waiting; returns the monotonic start time (for the restart test)."""
+        self._logf = open(self.log_path, "ab")
+        cmd = self.command()
+        self._logf.write(f"\n=== restart {' '.join(cmd)}\n".encode())
+        self._logf.flush()
+        t0 = time.monotonic()
+        self.proc = spawn(cmd, stdout=self._logf, stderr=subprocess.STDOUT, cwd=str(self.base))
+        return t0
+
+    def wait_ready(self, t0: float, timeout: float) -> None:
+        deadline = t0 + timeout
+        last = "no reply"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.label} exited with {self.proc.returncode}\n{self.log_tail()}")
+            try:
+                reply = four_letter(self.port, "srvr", timeout=2)
+                if any(line.startswith("Mode:") for line in reply.splitlines()):
+                    return
+                last = reply[:200]
+            except OSError as e:
+                last = repr(e)
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.label} not ready after {timeout:.0f}s ({last})\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-n:])
+
+    def rss(self) -> int | None:
+        return rss_bytes(self.proc.pid) if self.proc and self.proc.poll() is None else None
+
+    def kill(self) -> None:
+        kill_proc(self.proc)
+        if self._logf:
+            self._logf.close()
+            self._logf = None
+
+    def close(self) -> None:
+        try:
+            self.kill()
+        finally:
+            remove_temp_dir(self.base)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# warden-bench runner
+# ---------------------------------------------------------------------------
+def run_bench(opts, port: int, args: list[str], timeout: float) -> dict:
+    cmd = [opts.bench_bin_run, "--servers", f"{HOST}:{port}", "--json", *args]
+    proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_proc(proc)
+        return {"failed": f"warden-bench timed out after {timeout:.0f}s", "cmd": cmd}
+    finally:
+        if proc.poll() is not None:
+            _LIVE.pop(proc.pid, None)
+    if proc.returncode != 0:
+        return {"failed": f"exit {proc.returncode}: {err.strip()[-500:]}", "cmd": cmd}
+    try:
+        res = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"failed": f"unparseable output: {out[-300:]!r} {err[-300:]!r}", "cmd": cmd}
+    res["cmd"] = cmd
+    return res
+
+
+def bench_problems(res: dict) -> str | None:
+    """A short note when a bench run failed or saw errors."""
+    if "failed" in res:
+        return res["failed"]
+    notes = []
+    if res.get("errors"):
+        notes.append(f"errors {res['errors']}")
+    if res.get("client_failures"):
+        notes.append(f"client failures {res['client_failures'][:3]}")
+    return "; ".join(notes) or None
+
+
+# ---------------------------------------------------------------------------
+# A minimal jute client (raw wire protocol) for the loader and the restart probe
+# ---------------------------------------------------------------------------
+OP_CREATE, OP_GETDATA, OP_PING, OP_CLOSE = 1, 4, 11, -11
+OPEN_ACL = struct.pack(">iii", 1, 31, 5) + b"world" + struct.pack(">i", 6) + b"anyone"
+
+
+def _jstr(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">i", len(b)) + b
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def create_frame(xid: int, path: str, data: bytes) -> bytes:
+    body = (
+        struct.pack(">ii", xid, OP_CREATE)
+        + _jstr(path)
+        + struct.pack(">i", len(data))
+        + data
+        + OPEN_ACL
+        + struct.pack(">i", 0)
+    )
+    return _frame(body)
+
+
+class JuteConn:
+    def __init__(self, port: int, session_timeout_ms: int = 30000, sock_timeout: float = 10.0):
+        self.sock = socket.create_connection((HOST, port), timeout=sock_timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.xid = 0
+        body = struct.pack(">iqiq", 0, 0, session_timeout_ms, 0) + struct.pack(">i", 16) + b"\0" * 16 + b"\0"
+        self.sock.sendall(_frame(body))
+        resp = self.read_frame()
+        _proto, _to, sid = struct.unpack_from(">iiq", resp, 0)
+        if sid == 0:
+            raise ConnectionError("session refused")
+        self.session_id = sid
+
+    def read_frame(self) -> bytes:
+        while True:
+            if len(self.buf) >= 4:
+                (n,) = struct.unpack_from(">i", self.buf, 0)
+                if len(self.buf) >= 4 + n:
+                    frame, self.buf = self.buf[4 : 4 + n], self.buf[4 + n :]
+                    return frame
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("connection closed by server")
+            self.buf += chunk
+
+    def call(self, op: int, payload: bytes) -> tuple[int, bytes]:
+        self.xid += 1
+        xid = self.xid
+        self.sock.sendall(_frame(struct.pack(">ii", xid, op) + payload))
+        while True:
+            f = self.read_frame()
+            rxid, _zxid, err = struct.unpack_from(">iqi", f, 0)
+            if rxid == xid:
+                return err, f[16:]
+
+    def get_data(self, path: str) -> tuple[int, bytes | None]:
+        err, body = self.call(OP_GETDATA, _jstr(path) + b"\0")
+        if err != 0:
+            return err, None
+        (n,) = struct.unpack_from(">i", body, 0)
+        return 0, body[4 : 4 + n] if n >= 0 else b""
+
+    def create(self, path: str, data: bytes) -> int:
+        err, _ = self.call(OP_CREATE, create_frame(0, path, data)[12:])
+        return err
+
+    def close(self) -> None:
+        try:
+            self.call(OP_CLOSE, b"")
+        except OSError:
+            pass
+        finally:
+            self.sock.close()
+
+
+def node_path(i: int, bucket: int) -> str:
+    return f"/warden-mem/b{i // bucket}/n{i % bucket}"
+
+
+def _load_range(port: int, indices: range, bucket: int, value: bytes, window: int, out: dict) -> None:
+    """Pipelined creates of node_path(i) for i in indices over one session."""
+    conn = JuteConn(port, session_timeout_ms=30000, sock_timeout=120.0)
+    sem = threading.Semaphore(window)
+    total = len(indices)
+    ok = 0
+    errors: dict[int, int] = {}
+    send_err: list[BaseException] = []
+
+    def sender():
+        try:
+            xid = 0
+            batch = []
+            for i in indices:
+                sem.acquire()
+                xid += 1
+                batch.append(create_frame(xid, node_path(i, bucket), value))
+                if len(batch) >= 64:
+                    conn.sock.sendall(b"".join(batch))
+                    batch = []
+            if batch:
+                conn.sock.sendall(b"".join(batch))
+        except BaseException as e:  # noqa: BLE001 - reported by the receiver
+            send_err.append(e)
+
+    t = threading.Thread(target=sender, daemon=True)
+    t.start()
+    received = 0
+    buf = b""
+    try:
+        while received < total:
+            if send_err:
+                raise send_err[0]
+            chunk = conn.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("connection closed during load")
+            buf = buf + chunk if buf else chunk
+            off = 0
+            blen = len(buf)
+            while blen - off >= 4:
+                (n,) = struct.unpack_from(">i", buf, off)
+                if blen - off - 4 < n:
+                    break
+                xid, _zxid, err = struct.unpack_from(">iqi", buf, off + 4)
+                off += 4 + n
+                if xid < 0:
+                    continue  # ping / notification
+                received += 1
+                sem.release()
+                if err == 0:
+                    ok += 1
+                else:
+                    errors[err] = errors.get(err, 0) + 1
+            buf = buf[off:]
+        t.join(timeout=30)
+    except BaseException as e:  # noqa: BLE001
+        out.setdefault("failures", []).append(repr(e))
+    finally:
+        out["ok"] = out.get("ok", 0) + ok
+        for k, v in errors.items():
+            out.setdefault("errors", {})[k] = out.get("errors", {}).get(k, 0) + v
+        conn.close()
+
+
+def load_znodes(port: int, n: int, size: int, conns: int, window: int, bucket: int) -> dict:
+    """Create /warden-mem, n/bucket bucket parents, then n nodes of `size` bytes, pipelined."""
+    value = b"x" * size
+    t0 = time.monotonic()
+    c = JuteConn(port)
+    try:
+        c.create("/warden-mem", b"")
+        nb = (n + bucket - 1) // bucket
+        # Bucket parents: pipelined too (on the same session, simple window).
+        for start in range(0, nb, 500):
+            frames = [create_frame(j + 1, f"/warden-mem/b{j}", b"") for j in range(start, min(nb, start + 500))]
+            c.sock.sendall(b"".join(frames))
+            for _ in frames:
+                c.read_frame()
+    finally:
+        c.close()
+    out: dict = {}
+    threads = []
+    per = (n + conns - 1) // conns
+    for k in range(conns):
+        r = range(k * per, min(n, (k + 1) * per))
+        if len(r) == 0:
+            continue
+        th = threading.Thread(target=_load_range, args=(port, r, bucket, value, window, out), daemon=True)
+        th.start()
+        threads.append(th)
+    for th in threads:
+        th.join()
+    out["seconds"] = time.monotonic() - t0
+    out["rate_per_sec"] = out.get("ok", 0) / out["seconds"] if out["seconds"] > 0 else None
+    out["parents"] = (n + bucket - 1) // bucket + 1
+    return out
+
+
+def first_read(port: int, path: str, size: int, deadline: float) -> tuple[bool, str]:
+    """Retry connect + getData(path) until it succeeds with `size` bytes or the deadline passes."""
+    last = "never tried"
+    while time.monotonic() < deadline:
+        try:
+            c = JuteConn(port, sock_timeout=5.0)
+            try:
+                err, data = c.get_data(path)
+            finally:
+                try:
+                    c.sock.close()
+                except OSError:
+                    pass
+            if err == 0 and data is not None and len(data) == size:
+                return True, "ok"
+            last = f"getData err {err}, {None if data is None else len(data)} bytes"
+        except (OSError, struct.error) as e:
+            last = repr(e)
+        time.sleep(0.01)
+    return False, last
+
+
+# ---------------------------------------------------------------------------
+# Phases
+# ---------------------------------------------------------------------------
+def bench_timeout(opts, extra: float = 0.0) -> float:
+    return opts.duration * 2 + 180 + extra
+
+
+def phase_pairs(opts, results: dict, phase: str, rows: list[tuple[str, list[str]]]) -> None:
+    """Fresh server per run; per row, rounds go ZooKeeper, Warden, ZooKeeper, Warden, ..."""
+    out = results.setdefault(phase, {})
+    for name, bargs in rows:
+        row = out.setdefault(name, {"args": bargs, "runs": {k: [] for k in KINDS}})
+        for r in range(opts.rounds):
+            for kind in KINDS:
+                log(f"{phase} {name}: round {r + 1}/{opts.rounds} {LABEL[kind]}")
+                with Server(kind, opts, f"{phase}-{r}") as srv:
+                    try:
+                        srv.start()
+                    except RuntimeError as e:
+                        row["runs"][kind].append({"failed": f"start: {e}"})
+                        log(f"  start failed: {e}")
+                        continue
+                    res = run_bench(opts, srv.port, bargs, bench_timeout(opts))
+                    res["server_rss_end"] = srv.rss()
+                    row["runs"][kind].append(res)
+                    p = bench_problems(res)
+                    if "failed" in res:
+                        log(f"  FAILED: {res['failed']}")
+                    else:
+                        log(
+                            f"  {res.get('ops_per_sec', 0):,.0f} ops/s p50 {res.get('p50_ms')} ms "
+                            f"p99 {res.get('p99_ms')} ms" + (f"  [{p}]" if p else "")
+                        )
+
+
+def phase_throughput(opts, results):
+    rows = [
+        (name, [*a, "--clients", "16", "--inflight", "8", "--size", "100", "--duration", str(opts.duration)])
+        for name, a in THROUGHPUT_WORKLOADS
+    ]
+    phase_pairs(opts, results, "throughput", rows)
+
+
+def phase_latency(opts, results):
+    rows = [
+        (w, ["--workload", w, "--clients", "1", "--inflight", "1", "--size", "100", "--duration", str(opts.duration)])
+        for w in LATENCY_WORKLOADS
+    ]
+    phase_pairs(opts, results, "latency", rows)
+
+
+def phase_watch(opts, results):
+    out = results.setdefault("watch", {"watchers": opts.watchers, "runs": {k: [] for k in KINDS}})
+    for r in range(opts.rounds):
+        for kind in KINDS:
+            log(f"watch: round {r + 1}/{opts.rounds} {LABEL[kind]} ({opts.watchers} watchers)")
+            with Server(kind, opts, f"watch-{r}") as srv:
+                try:
+                    srv.start()
+                except RuntimeError as e:
+                    out["runs"][kind].append({"failed": f"start: {e}"})
+                    continue
+                res = run_bench(opts, srv.port, ["--workload", "watch", "--clients", str(opts.watchers)], 900)
+                res["server_rss_end"] = srv.rss()
+                out["runs"][kind].append(res)
+                log(f"  {res.get('failed') or res}")
+
+
+def phase_sessions(opts, results):
+    out = results.setdefault("sessions", {"sessions": opts.sessions, "hold_s": opts.session_hold, "runs": {}})
+    n = opts.sessions
+    for kind in KINDS:
+        log(f"sessions: {LABEL[kind]} {n} sessions held {opts.session_hold}s")
+        rec: dict = {}
+        out["runs"][kind] = rec
+        with Server(kind, opts, "sessions") as srv:
+            try:
+                srv.start()
+            except RuntimeError as e:
+                rec["failed"] = f"start: {e}"
+                continue
+            time.sleep(2.0)
+            rec["rss_before"] = srv.rss()
+            if kind == "zookeeper":
+                rec["gc_before_error"] = jcmd_gc(srv.pid)
+                rec["rss_before_gc"] = srv.rss()
+            cmd = [
+                opts.bench_bin_run, "--servers", f"{HOST}:{srv.port}", "--json",
+                "--workload", "sessions", "--clients", str(n), "--duration", str(opts.session_hold),
+            ]
+            t0 = time.monotonic()
+            bench = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                # Watch the server's connection count; sample RSS once all N are connected
+                # (or at 80% of the hold time, whichever comes first).
+                peak = 0
+                reached_at = None
+                limit = t0 + opts.session_hold * 0.8
+                while time.monotonic() < limit and bench.poll() is None:
+                    c = srvr_field(srv.port, "Connections")
+                    if c is not None and c.isdigit():
+                        peak = max(peak, int(c))
+                        if int(c) >= n:
+                            reached_at = time.monotonic() - t0
+                            break
+                    time.sleep(0.5)
+                time.sleep(1.0)
+                c = srvr_field(srv.port, "Connections")
+                rec["connections_at_sample"] = int(c) if c and c.isdigit() else None
+                rec["peak_connections_seen"] = max(peak, rec["connections_at_sample"] or 0)
+                rec["all_connected_after_s"] = reached_at
+                rec["rss_held"] = srv.rss()
+                rec["sampled_at_s"] = time.monotonic() - t0
+                if kind == "zookeeper":
+                    rec["gc_held_error"] = jcmd_gc(srv.pid)
+                    rec["rss_held_gc"] = srv.rss()
+                try:
+                    stdout, stderr = bench.communicate(timeout=opts.session_hold + 600)
+                except subprocess.TimeoutExpired:
+                    kill_proc(bench)
+                    rec["bench"] = {"failed": "warden-bench sessions timed out"}
+                else:
+                    if bench.returncode != 0:
+                        rec["bench"] = {"failed": f"exit {bench.returncode}: {stderr.strip()[-300:]}"}
+                    else:
+                        try:
+                            rec["bench"] = json.loads(stdout.strip().splitlines()[-1])
+                        except (ValueError, IndexError):
+                            rec["bench"] = {"failed": f"unparseable: {stdout[-200:]!r}"}
+            finally:
+                kill_proc(bench)
+            b = rec.get("bench", {})
+            log(f"  held {b.get('held')} / {b.get('opened')}; RSS {mib(rec['rss_before'])} -> {mib(rec['rss_held'])}")
+
+
+def phase_memory(opts, results):
+    out = results.setdefault("memory", {"znodes": opts.znodes, "size": 100, "runs": {}})
+    n = opts.znodes
+    known = node_path(n - 1, opts.bucket)
+    for kind in KINDS:
+        log(f"memory: {LABEL[kind]} loading {n} znodes of 100 bytes")
+        rec: dict = {}
+        out["runs"][kind] = rec
+        with Server(kind, opts, "memory") as srv:
+            try:
+                srv.start()
+            except RuntimeError as e:
+                rec["failed"] = f"start: {e}"
+                continue
+            time.sleep(1.0)
+            rec["rss_idle"] = srv.rss()
+            rec["load"] = load_znodes(srv.port, n, 100, opts.loader_conns, opts.loader_window, opts.bucket)
+            log(f"  loaded {rec['load'].get('ok')} in {rec['load']['seconds']:.1f}s "
+                f"({rec['load'].get('rate_per_sec') or 0:,.0f}/s) errors={rec['load'].get('errors')} "
+                f"failures={rec['load'].get('failures')}")
+            nc = srvr_field(srv.port, "Node count")
+            rec["node_count"] = int(nc) if nc and nc.isdigit() else nc
+            time.sleep(2.0)
+            rec["rss_loaded"] = srv.rss()
+            if kind == "zookeeper":
+                rec["gc_error"] = jcmd_gc(srv.pid)
+                rec["rss_loaded_gc"] = srv.rss()
+            log(f"  RSS idle {mib(rec['rss_idle'])} loaded {mib(rec['rss_loaded'])}"
+                + (f" after GC {mib(rec.get('rss_loaded_gc'))}" if kind == "zookeeper" else ""))
+
+            # Restart: kill -9, start, time to the first successful getData of a known node.
+            ok, why = first_read(srv.port, known, 100, time.monotonic() + 30)
+            rec["pre_restart_read"] = why
+            srv.kill()
+            t0 = srv.spawn_only()
+            ok, why = first_read(srv.port, known, 100, t0 + opts.restart_timeout)
+            rec["restart_first_read_s"] = (time.monotonic() - t0) if ok else None
+            rec["restart_result"] = why
+            if ok:
+                nc = srvr_field(srv.port, "Node count")
+                rec["node_count_after_restart"] = int(nc) if nc and nc.isdigit() else nc
+                time.sleep(1.0)
+                rec["rss_after_restart"] = srv.rss()
+            log(f"  restart: first read after {rec['restart_first_read_s']} s ({why}); "
+                f"RSS after restart {mib(rec.get('rss_after_restart'))}")
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+def ok_runs(runs: list[dict]) -> list[dict | None]:
+    return [None if (r is None or "failed" in r) else r for r in runs]
+
+
+def paired_ratios(zk: list[dict], wd: list[dict], key: str) -> list[float]:
+    out = []
+    for z, w in zip(ok_runs(zk), ok_runs(wd)):
+        if z and w and z.get(key) and w.get(key) is not None:
+            out.append(w[key] / z[key])
+    return out
+
+
+def raw_list(runs: list[dict], key: str, digits: int = 3) -> str:
+    vals = []
+    for r in runs:
+        if r is None or "failed" in r:
+            vals.append("FAIL")
+        else:
+            vals.append(fmt_num(r.get(key), digits))
+    return ", ".join(vals) or "n/a"
+
+
+def median_of(runs: list[dict], key: str) -> float | None:
+    xs = [r[key] for r in ok_runs(runs) if r and r.get(key) is not None]
+    return statistics.median(xs) if xs else None
+
+
+def verdict(s, target: float, higher_is_better: bool) -> str:
+    if s is None:
+        return "n/a"
+    mn, med, mx = s
+    if higher_is_better:
+        if mn >= target:
+            return "yes"
+        return "median yes, not all rounds" if med >= target else "no"
+    if mx <= target:
+        return "yes"
+    return "median yes, not all rounds" if med <= target else "no"
+
+
+def render_markdown(opts, results: dict, meta: dict) -> str:
+    L: list[str] = []
+    m = meta["machine"]
+    L.append("# Warden vs Apache ZooKeeper 3.8 — standalone")
+    L.append("")
+    L.append(f"- Date: {meta['date']} (took {meta.get('elapsed_s', 0):.0f} s)")
+    L.append(f"- Command: `{meta['command']}`")
+    L.append(
+        f"- Machine: {m.get('nproc')} CPUs ({m.get('cpu_model', 'unknown CPU')}), "
+        f"{m.get('mem_total_gib')} GiB RAM, Linux {m.get('kernel')}; "
+        f"load average at start {', '.join(f'{x:.2f}' for x in m.get('loadavg_at_start', []))}"
+        + (f", at end {', '.join(f'{x:.2f}' for x in meta['loadavg_at_end'])}" if meta.get("loadavg_at_end") else "")
+    )
+    L.append(f"- Servers: {meta.get('zk_version', 'ZooKeeper ?')} on {m.get('java')} "
+             f"(`-Xmx{opts.zk_heap} {opts.zk_java_opts}`, default GC unless set); "
+             f"Warden `{meta.get('warden_version', '?')}` ({meta.get('warden_bin')}). "
+             f"Both standalone, fsync on (defaults), tickTime={TICK_TIME_MS}, maxClientCnxns=0, "
+             "127.0.0.1, fresh temp dataDir.")
+    L.append(
+        "- **Note: the load generator (warden-bench / the Python loader) runs on the same "
+        f"{m.get('nproc')} cores as the server under test**, so absolute numbers are lower than on "
+        "separate machines and a server that burns less CPU leaves more for the client."
+    )
+    L.append(f"- Method: a fresh server (new port, new temp dataDir) for every throughput/latency/watch run; "
+             f"per workload the runs alternate ZooKeeper, Warden, ZooKeeper, Warden ... for {opts.rounds} round(s) "
+             f"of {opts.duration:g} s each; the ratio is Warden/ZooKeeper within a round; "
+             "min / median / max over rounds.")
+    L.append("")
+
+    if "throughput" in results:
+        L.append("## Throughput (16 sessions x 8 in flight, 100-byte values)")
+        L.append("")
+        L.append(f"Target: Warden/ZooKeeper >= {THROUGHPUT_TARGET:g}.")
+        L.append("")
+        L.append("| workload | ZooKeeper ops/s (median) | Warden ops/s (median) | ratio min / med / max | target met | "
+                 "ZooKeeper ops/s per round | Warden ops/s per round | notes |")
+        L.append("|---|---:|---:|---|---|---|---|---|")
+        for name, row in results["throughput"].items():
+            zk, wd = row["runs"]["zookeeper"], row["runs"]["warden"]
+            s = stats3(paired_ratios(zk, wd, "ops_per_sec"))
+            notes = sorted({f"{LABEL[k]}: {p}" for k in KINDS for r in row["runs"][k] if (p := bench_problems(r))})
+            L.append(
+                f"| {name} | {fmt_num(median_of(zk, 'ops_per_sec'))} | {fmt_num(median_of(wd, 'ops_per_sec'))} | "
+                f"{fmt_stats3(s, 2)} | {verdict(s, THROUGHPUT_TARGET, True)} | "
+                f"{raw_list(zk, 'ops_per_sec')} | {raw_list(wd, 'ops_per_sec')} | {'; '.join(notes)[:300]} |"
+            )
+        L.append("")
+
+    if "latency" in results:
+        L.append("## Latency (1 session x 1 in flight, 100-byte values), ms")
+        L.append("")
+        L.append("Targets: Warden/ZooKeeper p50 and p99 <= 0.5 for get, <= 0.75 for create and set.")
+        L.append("")
+        L.append("| op | ZK p50 | Warden p50 | p50 ratio min / med / max | ZK p99 | Warden p99 | p99 ratio min / med / max | "
+                 "target | met (p50, p99) | ZK p50 / p99 per round | Warden p50 / p99 per round | notes |")
+        L.append("|---|---:|---:|---|---:|---:|---|---|---|---|---|---|")
+        for name, row in results["latency"].items():
+            zk, wd = row["runs"]["zookeeper"], row["runs"]["warden"]
+            s50 = stats3(paired_ratios(zk, wd, "p50_ms"))
+            s99 = stats3(paired_ratios(zk, wd, "p99_ms"))
+            t = LATENCY_TARGETS.get(name, 0.75)
+            notes = sorted({f"{LABEL[k]}: {p}" for k in KINDS for r in row["runs"][k] if (p := bench_problems(r))})
+
+            def per_round(runs):
+                return ", ".join(
+                    "FAIL" if (r is None or "failed" in r) else f"{fmt_num(r.get('p50_ms'))} / {fmt_num(r.get('p99_ms'))}"
+                    for r in runs
+                )
+
+            L.append(
+                f"| {name} | {fmt_num(median_of(zk, 'p50_ms'))} | {fmt_num(median_of(wd, 'p50_ms'))} | {fmt_stats3(s50, 2)} | "
+                f"{fmt_num(median_of(zk, 'p99_ms'))} | {fmt_num(median_of(wd, 'p99_ms'))} | {fmt_stats3(s99, 2)} | "
+                f"<= {t:g} | {verdict(s50, t, False)}, {verdict(s99, t, False)} | {per_round(zk)} | {per_round(wd)} | "
+                f"{'; '.join(notes)[:300]} |"
+            )
+        L.append("")
+        L.append("Latency-run throughput (ops/s, 1x1), for reference:")
+        L.append("")
+        L.append("| op | ZooKeeper per round | Warden per round |")
+        L.append("|---|---|---|")
+        for name, row in results["latency"].items():
+            L.append(f"| {name} | {raw_list(row['runs']['zookeeper'], 'ops_per_sec')} | "
+                     f"{raw_list(row['runs']['warden'], 'ops_per_sec')} |")
+        L.append("")
+
+    if "memory" in results:
+        mem = results["memory"]
+        n = mem["znodes"]
+        L.append(f"## Memory: {n:,} znodes of 100 bytes (plus {((n + opts.bucket - 1) // opts.bucket) + 1:,} empty parents)")
+        L.append("")
+        L.append("Loaded by a pipelined raw-jute Python loader "
+                 f"({opts.loader_conns} sessions x {opts.loader_window} in flight), nodes "
+                 f"`/warden-mem/b<i/{opts.bucket}>/n<i%{opts.bucket}>`. RSS = VmRSS from /proc/<pid>/status.")
+        L.append("")
+        L.append("| server | RSS idle | RSS after load | RSS after load + forced GC | (RSS - idle)/znode | "
+                 "node count (srvr) | load time / rate | load errors |")
+        L.append("|---|---:|---:|---:|---:|---:|---|---|")
+        for kind in KINDS:
+            r = mem["runs"].get(kind)
+            if not r:
+                continue
+            if "failed" in r:
+                L.append(f"| {LABEL[kind]} | FAILED: {r['failed'][:200]} |||||||")
+                continue
+            ld = r.get("load", {})
+            base = r.get("rss_loaded_gc") if kind == "zookeeper" and r.get("rss_loaded_gc") else r.get("rss_loaded")
+            per = (base - r["rss_idle"]) / n if base and r.get("rss_idle") else None
+            gc = mib(r.get("rss_loaded_gc")) if kind == "zookeeper" else "(no GC)"
+            if kind == "zookeeper" and r.get("gc_error"):
+                gc = f"n/a ({r['gc_error']})"
+            errs = {k: v for k, v in ld.items() if k in ("errors", "failures")}
+            L.append(
+                f"| {LABEL[kind]} | {mib(r.get('rss_idle'))} | {mib(r.get('rss_loaded'))} | {gc} | "
+                f"{'n/a' if per is None else f'{per:.0f} B'} | {r.get('node_count')} | "
+                f"{ld.get('seconds', 0):.1f} s / {ld.get('rate_per_sec') or 0:,.0f} per s | {errs or 'none'} |"
+            )
+        zr, wr = mem["runs"].get("zookeeper", {}), mem["runs"].get("warden", {})
+        if zr.get("rss_loaded") and wr.get("rss_loaded"):
+            L.append("")
+            L.append(f"Warden/ZooKeeper RSS after load: {wr['rss_loaded'] / zr['rss_loaded']:.2f}"
+                     + (f" (vs ZooKeeper after GC: {wr['rss_loaded'] / zr['rss_loaded_gc']:.2f})"
+                        if zr.get("rss_loaded_gc") else ""))
+        L.append("")
+        L.append("## Restart with those znodes present (kill -9, start, first successful getData of a known node)")
+        L.append("")
+        L.append("| server | process start -> first successful read | node count after restart | RSS after restart | result |")
+        L.append("|---|---:|---:|---:|---|")
+        for kind in KINDS:
+            r = mem["runs"].get(kind)
+            if not r or "failed" in r:
+                continue
+            t = r.get("restart_first_read_s")
+            L.append(f"| {LABEL[kind]} | {'n/a' if t is None else f'{t:.2f} s'} | {r.get('node_count_after_restart')} | "
+                     f"{mib(r.get('rss_after_restart'))} | {r.get('restart_result')} |")
+        if zr.get("restart_first_read_s") and wr.get("restart_first_read_s"):
+            L.append("")
+            L.append(f"Warden/ZooKeeper restart time: {wr['restart_first_read_s'] / zr['restart_first_read_s']:.2f}")
+        L.append("")
+
+    if "sessions" in results:
+        ss = results["sessions"]
+        L.append(f"## Sessions: {ss['sessions']:,} concurrent sessions held {ss['hold_s']:g} s")
+        L.append("")
+        L.append("RSS sampled once the server reported all sessions connected (srvr `Connections:`), "
+                 "or at 80% of the hold time; per session = (RSS held - RSS before) / requested sessions.")
+        L.append("")
+        L.append("| server | opened | held to the end | connections at sample (peak) | all connected after | "
+                 "RSS before | RSS held | RSS per session | after forced GC: before / held / per session |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        for kind in KINDS:
+            r = ss["runs"].get(kind)
+            if not r:
+                continue
+            if "failed" in r:
+                L.append(f"| {LABEL[kind]} | FAILED: {r['failed'][:200]} ||||||||")
+                continue
+            b = r.get("bench", {})
+            n = ss["sessions"]
+            per = (r["rss_held"] - r["rss_before"]) / n if r.get("rss_held") and r.get("rss_before") else None
+            gc = "n/a"
+            if kind == "zookeeper":
+                if r.get("rss_held_gc") and r.get("rss_before_gc"):
+                    gper = (r["rss_held_gc"] - r["rss_before_gc"]) / n
+                    gc = f"{mib(r['rss_before_gc'])} / {mib(r['rss_held_gc'])} / {gper / 1024:.1f} KiB"
+                if r.get("gc_held_error"):
+                    gc = f"n/a ({r['gc_held_error']})"
+            at = r.get("all_connected_after_s")
+            held = b.get("held", f"FAIL: {b.get('failed', '')[:120]}")
+            L.append(
+                f"| {LABEL[kind]} | {b.get('opened', n)} | {held} | {r.get('connections_at_sample')} "
+                f"({r.get('peak_connections_seen')}) | {'not reached' if at is None else f'{at:.1f} s'} | "
+                f"{mib(r.get('rss_before'))} | {mib(r.get('rss_held'))} | "
+                f"{'n/a' if per is None else f'{per / 1024:.1f} KiB'} | {gc} |"
+            )
+        L.append("")
+
+    if "watch" in results:
+        w = results["watch"]
+        L.append(f"## Watch fan-out: {w['watchers']:,} watchers on one node, setData -> last event (ms)")
+        L.append("")
+        L.append("| server | watchers registered per round | events per round | last_event_ms per round | median |")
+        L.append("|---|---|---|---|---:|")
+        for kind in KINDS:
+            runs = w["runs"][kind]
+            L.append(f"| {LABEL[kind]} | {raw_list(runs, 'watchers')} | {raw_list(runs, 'events')} | "
+                     f"{raw_list(runs, 'last_event_ms')} | {fmt_num(median_of(runs, 'last_event_ms'))} |")
+        s = stats3(paired_ratios(w["runs"]["zookeeper"], w["runs"]["warden"], "last_event_ms"))
+        L.append("")
+        L.append(f"Warden/ZooKeeper last-event time, min / median / max: {fmt_stats3(s, 2)}")
+        L.append("")
+
+    if meta.get("problems"):
+        L.append("## Problems during the run")
+        L.append("")
+        for p in meta["problems"]:
+            L.append(f"- {p}")
+        L.append("")
+    return "\n".join(L)
+
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="Benchmark Warden against Apache ZooKeeper 3.8 (standalone) on this machine.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="A/B rounds per throughput/latency/watch workload")
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of measured load per warden-bench run")
+    ap.add_argument("--znodes", type=int, default=1_000_000, help="znodes (100 bytes) for the memory/restart phase")
+    ap.add_argument("--sessions", type=int, default=10_000, help="concurrent sessions for the sessions phase")
+    ap.add_argument("--session-hold", type=float, default=60.0, help="seconds the sessions are held")
+    ap.add_argument("--watchers", type=int, default=10_000, help="watchers on one node for the watch phase")
+    ap.add_argument("--phases", default=",".join(ALL_PHASES),
+                    help=f"comma-separated subset of {','.join(ALL_PHASES)} (memory includes the restart test)")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the Markdown report here")
+    ap.add_argument("--json", metavar="FILE", help="write all raw numbers here")
+    ap.add_argument("--warden-bin", default=str(REPO_ROOT / "target/release/warden"))
+    ap.add_argument("--bench-bin", default=str(REPO_ROOT / "target/release/warden-bench"))
+    ap.add_argument("--zk-heap", default="2g", help="ZooKeeper -Xmx")
+    ap.add_argument("--zk-java-opts", default="", help="extra JVM options for ZooKeeper (e.g. '-XX:+UseSerialGC')")
+    ap.add_argument("--restart-timeout", type=float, default=600.0, help="seconds to wait for the first read after a restart")
+    ap.add_argument("--loader-conns", type=int, default=4, help="sessions used by the znode loader")
+    ap.add_argument("--loader-window", type=int, default=500, help="creates in flight per loader session")
+    ap.add_argument("--bucket", type=int, default=1000, help="znodes per parent in the memory phase")
+    ap.add_argument("--ensemble", action="store_true", help="3-node ensembles (NOT YET SUPPORTED)")
+    opts = ap.parse_args(argv)
+    if opts.ensemble:
+        ap.exit(2, "compare.py: --ensemble is not yet supported (standalone only for now; "
+                   "see the ENSEMBLE hook in bench/compare.py)\n")
+    phases = [p.strip() for p in opts.phases.split(",") if p.strip()]
+    bad = [p for p in phases if p not in ALL_PHASES]
+    if bad:
+        ap.error(f"unknown phase(s) {bad}; choose from {ALL_PHASES}")
+    opts.phase_list = phases
+    if opts.rounds < 1 or opts.duration <= 0 or opts.znodes < 1 or opts.sessions < 1 or opts.watchers < 1:
+        ap.error("--rounds, --duration, --znodes, --sessions and --watchers must be positive")
+    return opts
+
+
+# ENSEMBLE hook: a later version will start 3-member ensembles of each server
+# (server.N lines + myid, same ports scheme), pass all three client ports to
+# warden-bench --servers, and add the ensemble rows (plus leader failover time).
+
+
+def main(argv=None) -> int:
+    opts = parse_args(argv)
+    for b in (opts.warden_bin, opts.bench_bin):
+        if not os.access(b, os.X_OK):
+            print(f"compare.py: {b} is not an executable file (build with cargo build --release)", file=sys.stderr)
+            return 2
+    if not os.path.exists(ZK_JAVA) or not os.path.exists("/usr/share/java/zookeeper.jar"):
+        print("compare.py: Debian's zookeeper package / java not found", file=sys.stderr)
+        return 2
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    atexit.register(cleanup_all)
+    # Our own fd limit too (the children raise theirs in _child_setup).
+    try:
+        _s, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+    need = max(opts.sessions, opts.watchers) + 200
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    problems: list[str] = []
+    if hard != resource.RLIM_INFINITY and hard < need:
+        problems.append(f"RLIMIT_NOFILE hard limit {hard} < {need} needed for {max(opts.sessions, opts.watchers)} sessions")
+
+    t_start = time.monotonic()
+    meta = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "machine": machine_info(),
+        "problems": problems,
+    }
+    results: dict = {}
+    try:
+        # Run private copies of the binaries so a concurrent cargo build cannot swap them mid-run.
+        bindir = make_temp_dir("warden-bench-bin-")
+        opts.warden_bin_run = str(bindir / "warden")
+        opts.bench_bin_run = str(bindir / "warden-bench")
+        shutil.copy2(opts.warden_bin, opts.warden_bin_run)
+        shutil.copy2(opts.bench_bin, opts.bench_bin_run)
+        meta["warden_bin"] = f"{opts.warden_bin}, mtime {time.ctime(os.path.getmtime(opts.warden_bin))}"
+        try:
+            meta["warden_version"] = subprocess.run(
+                [opts.warden_bin_run, "--version"], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            meta["warden_version"] = "?"
+        # Version strings from srvr of a short-lived ZooKeeper.
+        with Server("zookeeper", opts, "probe") as z:
+            z.start()
+            meta["zk_version"] = (srvr_field(z.port, "Zookeeper version") or "?").split(",")[0]
+            meta["zk_version"] = "ZooKeeper " + meta["zk_version"]
+
+        phase_fns = {
+            "throughput": phase_throughput,
+            "latency": phase_latency,
+            "watch": phase_watch,
+            "sessions": phase_sessions,
+            "memory": phase_memory,
+        }
+        for ph in opts.phase_list:
+            try:
+                phase_fns[ph](opts, results)
+            except (KeyboardInterrupt, BenchAbort):
+                raise
+            except Exception as e:  # noqa: BLE001 - report and go on with the next phase
+                import traceback
+
+                problems.append(f"phase {ph} aborted: {e!r}")
+                log(f"phase {ph} aborted:\n{traceback.format_exc()}")
+    except (KeyboardInterrupt, BenchAbort) as e:
+        problems.append(f"interrupted ({e!r}); partial results")
+        log("interrupted; killing servers and writing partial results")
+    finally:
+        cleanup_all()
+        meta["elapsed_s"] = time.monotonic() - t_start
+        meta["loadavg_at_end"] = os.getloadavg()
+        md = render_markdown(opts, results, meta)
+        print(md)
+        if opts.markdown:
+            Path(opts.markdown).write_text(md + "\n")
+        if opts.json:
+            Path(opts.json).write_text(json.dumps({"meta": meta, "options": {
+                k: v for k, v in vars(opts).items() if isinstance(v, (int, float, str, list, bool, type(None)))
+            }, "results": results}, indent=2, default=str) + "\n")
+    return 1 if any("interrupted" in p for p in problems) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
