@@ -197,6 +197,46 @@ def rss_bytes(pid: int) -> int | None:
     return None
 
 
+def rss_detail(pid: int | None) -> dict | None:
+    """VmRSS, RssAnon, RssFile, RssShmem (bytes) and VmHWM from /proc/<pid>/status."""
+    if pid is None:
+        return None
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k = line.split(":", 1)[0]
+                if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM"):
+                    out[k] = int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return out
+
+
+def proc_cpu_s(pid: int | None) -> float | None:
+    """utime + stime of a live process, seconds."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_busy_s() -> tuple[float, float] | None:
+    """(busy CPU seconds, wall seconds x CPUs) counters from /proc/stat's cpu line."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return (sum(v[:8]) - idle) / hz, sum(v[:8]) / hz
+
+
 def jcmd_gc(pid: int) -> str | None:
     """Force a full GC in the JVM; returns an error string or None."""
     jcmd = shutil.which("jcmd")
@@ -298,6 +338,7 @@ class Server:
                     # 0 = unlimited connections per client IP (all our clients are 127.0.0.1;
                     # ZooKeeper's default of 60 would refuse the sessions/watch phases).
                     "maxClientCnxns=0",
+                    *([f"clientPortListenBacklog={opts.listen_backlog}"] if opts.listen_backlog > 0 else []),
                     "4lw.commands.whitelist=*",
                     "admin.enableServer=false",
                 ]
@@ -618,6 +659,134 @@ def load_znodes(port: int, n: int, size: int, conns: int, window: int, bucket: i
     return out
 
 
+def _parse_frames(buf: bytes) -> tuple[list[bytes], bytes]:
+    frames = []
+    off = 0
+    while len(buf) - off >= 4:
+        (n,) = struct.unpack_from(">i", buf, off)
+        if len(buf) - off - 4 < n:
+            break
+        frames.append(buf[off + 4 : off + 4 + n])
+        off += 4 + n
+    return frames, buf[off:]
+
+
+def python_watch(port: int, watchers: int, setup_timeout: float = 240.0, event_timeout: float = 60.0) -> dict:
+    """`watchers` sessions each getData(watch=true) one node; one setData; time to the last event.
+
+    A raw-jute, single-threaded epoll client (the stand-in for `warden-bench --workload watch`,
+    see README). Connections are opened in batches of 256; each does the handshake, then the
+    watching getData; the clock starts just before the setData is sent and stops when the last
+    NodeDataChanged notification (xid -1) has been read.
+    """
+    import select
+
+    node = f"/warden-watch-{os.getpid()}-{time.monotonic_ns()}"
+    admin = JuteConn(port, session_timeout_ms=30000, sock_timeout=30)
+    socks: dict[int, socket.socket] = {}
+    bufs: dict[int, bytes] = {}
+    state: dict[int, int] = {}  # 0 handshake sent, 1 getData sent, 2 watching, 3 event received
+    ep = select.epoll()
+    result: dict = {"workload": "watch", "tool": "compare.py python_watch", "watchers_requested": watchers}
+    hs = _frame(struct.pack(">iqiq", 0, 0, 30000, 0) + struct.pack(">i", 16) + b"\0" * 16 + b"\0")
+    get = _frame(struct.pack(">ii", 1, OP_GETDATA) + _jstr(node) + b"\1")
+    failed = 0
+    try:
+        if admin.create(node, b"") != 0:
+            raise RuntimeError("create of the watched node failed")
+        t_setup = time.monotonic()
+        deadline = t_setup + setup_timeout
+
+        def pump(timeout: float) -> None:
+            nonlocal failed
+            for fd, _ev in ep.poll(timeout):
+                s = socks.get(fd)
+                if s is None:
+                    continue
+                try:
+                    chunk = s.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    ep.unregister(fd)
+                    s.close()
+                    del socks[fd]
+                    failed += 1
+                    if state[fd] == 2:
+                        count[2] -= 1
+                    state[fd] = -1
+                    continue
+                frames, bufs[fd] = _parse_frames(bufs[fd] + chunk)
+                for f in frames:
+                    st = state[fd]
+                    if st == 0:
+                        state[fd] = 1
+                        s.sendall(get)
+                    elif st == 1:
+                        (xid,) = struct.unpack_from(">i", f, 0)
+                        if xid == 1:
+                            state[fd] = 2
+                            count[2] += 1
+                    elif st == 2:
+                        (xid,) = struct.unpack_from(">i", f, 0)
+                        if xid == -1:
+                            state[fd] = 3
+                            count[3] += 1
+                            last[0] = time.monotonic()
+
+        last = [0.0]
+        count = {2: 0, 3: 0}  # sessions watching / events received
+        opened = 0
+        while opened < watchers and time.monotonic() < deadline:
+            for _ in range(min(256, watchers - opened)):
+                try:
+                    s = socket.create_connection((HOST, port), timeout=30)
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    s.sendall(hs)
+                    s.setblocking(False)
+                except OSError:
+                    failed += 1
+                    opened += 1
+                    continue
+                socks[s.fileno()] = s
+                bufs[s.fileno()] = b""
+                state[s.fileno()] = 0
+                ep.register(s.fileno(), select.EPOLLIN)
+                opened += 1
+            pump(0)
+        while time.monotonic() < deadline and count[2] < len(socks):
+            pump(0.1)
+        ready = count[2]
+        result["setup_s"] = time.monotonic() - t_setup
+        result["watchers"] = ready
+        result["setup_failures"] = failed
+        # Fire.
+        t0 = time.monotonic()
+        admin.xid += 1
+        admin.sock.sendall(
+            _frame(struct.pack(">ii", admin.xid, 5) + _jstr(node) + struct.pack(">i", 1) + b"x" + struct.pack(">i", -1))
+        )
+        end = t0 + event_timeout
+        while time.monotonic() < end and count[3] < ready:
+            pump(0.05)
+        events = count[3]
+        result["events"] = events
+        result["last_event_ms"] = (last[0] - t0) * 1000.0 if events else None
+        if events < ready:
+            result["note"] = f"only {events} of {ready} events within {event_timeout:.0f}s"
+    finally:
+        for s in socks.values():
+            try:
+                s.close()
+            except OSError:
+                pass
+        ep.close()
+        admin.close()
+    return result
+
+
 def first_read(port: int, path: str, size: int, deadline: float) -> tuple[bool, str]:
     """Retry connect + getData(path) until it succeeds with `size` bytes or the deadline passes."""
     last = "never tried"
@@ -662,8 +831,20 @@ def phase_pairs(opts, results: dict, phase: str, rows: list[tuple[str, list[str]
                         row["runs"][kind].append({"failed": f"start: {e}"})
                         log(f"  start failed: {e}")
                         continue
+                    if opts.warmup > 0:
+                        # Same workload, unmeasured, on the same fresh server (JIT / caches warm).
+                        wargs = list(bargs)
+                        wargs[wargs.index("--duration") + 1] = str(opts.warmup)
+                        wres = run_bench(opts, srv.port, wargs, bench_timeout(opts))
+                        if "failed" in wres:
+                            log(f"  warmup failed: {wres['failed']}")
+                    cpu0, m0, ru0 = proc_cpu_s(srv.pid), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
+                    t0 = time.monotonic()
                     res = run_bench(opts, srv.port, bargs, bench_timeout(opts))
+                    wall = time.monotonic() - t0
+                    cpu1, m1, ru1 = proc_cpu_s(srv.pid), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
                     res["server_rss_end"] = srv.rss()
+                    res["cpu"] = cpu_accounting(wall, cpu0, cpu1, m0, m1, ru0, ru1)
                     row["runs"][kind].append(res)
                     p = bench_problems(res)
                     if "failed" in res:
@@ -671,8 +852,29 @@ def phase_pairs(opts, results: dict, phase: str, rows: list[tuple[str, list[str]
                     else:
                         log(
                             f"  {res.get('ops_per_sec', 0):,.0f} ops/s p50 {res.get('p50_ms')} ms "
-                            f"p99 {res.get('p99_ms')} ms" + (f"  [{p}]" if p else "")
+                            f"p99 {res.get('p99_ms')} ms; cores: server {res['cpu'].get('server_cores', 0):.2f} "
+                            f"bench {res['cpu'].get('bench_cores', 0):.2f} other {res['cpu'].get('other_cores', 0):.2f}"
+                            + (f"  [{p}]" if p else "")
                         )
+
+
+def cpu_accounting(wall, cpu0, cpu1, m0, m1, ru0, ru1) -> dict:
+    """CPU use during one warden-bench run (whole run incl. its setup), in cores (CPU-seconds per second).
+
+    other = machine busy - server - warden-bench: everything else on the machine (this script
+    included, but it is idle while the bench runs), i.e. background noise.
+    """
+    out: dict = {"wall_s": wall}
+    if wall <= 0:
+        return out
+    if cpu0 is not None and cpu1 is not None:
+        out["server_cores"] = (cpu1 - cpu0) / wall
+    bench = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    out["bench_cores"] = bench / wall
+    if m0 and m1:
+        out["machine_cores"] = (m1[0] - m0[0]) / wall
+        out["other_cores"] = out["machine_cores"] - out.get("server_cores", 0) - out["bench_cores"]
+    return out
 
 
 def phase_throughput(opts, results):
@@ -702,7 +904,13 @@ def phase_watch(opts, results):
                 except RuntimeError as e:
                     out["runs"][kind].append({"failed": f"start: {e}"})
                     continue
-                res = run_bench(opts, srv.port, ["--workload", "watch", "--clients", str(opts.watchers)], 900)
+                if opts.watch_tool == "bench":
+                    res = run_bench(opts, srv.port, ["--workload", "watch", "--clients", str(opts.watchers)], 900)
+                else:
+                    try:
+                        res = python_watch(srv.port, opts.watchers)
+                    except (OSError, RuntimeError, struct.error) as e:
+                        res = {"failed": f"python_watch: {e!r}"}
                 res["server_rss_end"] = srv.rss()
                 out["runs"][kind].append(res)
                 log(f"  {res.get('failed') or res}")
@@ -723,6 +931,7 @@ def phase_sessions(opts, results):
                 continue
             time.sleep(2.0)
             rec["rss_before"] = srv.rss()
+            rec["rss_before_detail"] = rss_detail(srv.pid)
             if kind == "zookeeper":
                 rec["gc_before_error"] = jcmd_gc(srv.pid)
                 rec["rss_before_gc"] = srv.rss()
@@ -752,6 +961,7 @@ def phase_sessions(opts, results):
                 rec["peak_connections_seen"] = max(peak, rec["connections_at_sample"] or 0)
                 rec["all_connected_after_s"] = reached_at
                 rec["rss_held"] = srv.rss()
+                rec["rss_held_detail"] = rss_detail(srv.pid)
                 rec["sampled_at_s"] = time.monotonic() - t0
                 if kind == "zookeeper":
                     rec["gc_held_error"] = jcmd_gc(srv.pid)
@@ -791,6 +1001,7 @@ def phase_memory(opts, results):
                 continue
             time.sleep(1.0)
             rec["rss_idle"] = srv.rss()
+            rec["rss_idle_detail"] = rss_detail(srv.pid)
             rec["load"] = load_znodes(srv.port, n, 100, opts.loader_conns, opts.loader_window, opts.bucket)
             log(f"  loaded {rec['load'].get('ok')} in {rec['load']['seconds']:.1f}s "
                 f"({rec['load'].get('rate_per_sec') or 0:,.0f}/s) errors={rec['load'].get('errors')} "
@@ -799,9 +1010,11 @@ def phase_memory(opts, results):
             rec["node_count"] = int(nc) if nc and nc.isdigit() else nc
             time.sleep(2.0)
             rec["rss_loaded"] = srv.rss()
+            rec["rss_loaded_detail"] = rss_detail(srv.pid)
             if kind == "zookeeper":
                 rec["gc_error"] = jcmd_gc(srv.pid)
                 rec["rss_loaded_gc"] = srv.rss()
+                rec["rss_loaded_gc_detail"] = rss_detail(srv.pid)
             log(f"  RSS idle {mib(rec['rss_idle'])} loaded {mib(rec['rss_loaded'])}"
                 + (f" after GC {mib(rec.get('rss_loaded_gc'))}" if kind == "zookeeper" else ""))
 
@@ -818,6 +1031,7 @@ def phase_memory(opts, results):
                 rec["node_count_after_restart"] = int(nc) if nc and nc.isdigit() else nc
                 time.sleep(1.0)
                 rec["rss_after_restart"] = srv.rss()
+                rec["rss_after_restart_detail"] = rss_detail(srv.pid)
             log(f"  restart: first read after {rec['restart_first_read_s']} s ({why}); "
                 f"RSS after restart {mib(rec.get('rss_after_restart'))}")
 
@@ -890,7 +1104,8 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
     )
     L.append(f"- Method: a fresh server (new port, new temp dataDir) for every throughput/latency/watch run; "
              f"per workload the runs alternate ZooKeeper, Warden, ZooKeeper, Warden ... for {opts.rounds} round(s) "
-             f"of {opts.duration:g} s each; the ratio is Warden/ZooKeeper within a round; "
+             f"of {opts.duration:g} s each (after {opts.warmup:g} s of unmeasured warm-up of the same workload "
+             "on the same server); the ratio is Warden/ZooKeeper within a round; "
              "min / median / max over rounds.")
     L.append("")
 
@@ -935,8 +1150,8 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
                 )
 
             L.append(
-                f"| {name} | {fmt_num(median_of(zk, 'p50_ms'))} | {fmt_num(median_of(wd, 'p50_ms'))} | {fmt_stats3(s50, 2)} | "
-                f"{fmt_num(median_of(zk, 'p99_ms'))} | {fmt_num(median_of(wd, 'p99_ms'))} | {fmt_stats3(s99, 2)} | "
+                f"| {name} | {fmt_num(median_of(zk, 'p50_ms'))} | {fmt_num(median_of(wd, 'p50_ms'))} | {fmt_stats3(s50, 3)} | "
+                f"{fmt_num(median_of(zk, 'p99_ms'))} | {fmt_num(median_of(wd, 'p99_ms'))} | {fmt_stats3(s99, 3)} | "
                 f"<= {t:g} | {verdict(s50, t, False)}, {verdict(s99, t, False)} | {per_round(zk)} | {per_round(wd)} | "
                 f"{'; '.join(notes)[:300]} |"
             )
@@ -950,6 +1165,32 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
                      f"{raw_list(row['runs']['warden'], 'ops_per_sec')} |")
         L.append("")
 
+    cpu_rows = [(ph, name, row) for ph in ("throughput", "latency") for name, row in results.get(ph, {}).items()]
+    if cpu_rows:
+        L.append("## CPU during the throughput/latency runs (cores = CPU-seconds per second, whole bench run incl. setup)")
+        L.append("")
+        L.append("Per round: server / warden-bench / other. \"other\" is everything else on the machine "
+                 f"(busy CPU from /proc/stat minus the two); with {meta['machine'].get('nproc')} cores, "
+                 "a large \"other\" means background load distorted that run.")
+        L.append("")
+        L.append("| phase | workload | ZooKeeper runs | Warden runs |")
+        L.append("|---|---|---|---|")
+
+        def cpu_cell(runs):
+            cells = []
+            for r in runs:
+                c = (r or {}).get("cpu") or {}
+                if "failed" in (r or {"failed": 1}) or not c:
+                    cells.append("n/a")
+                else:
+                    cells.append(f"{c.get('server_cores', 0):.2f} / {c.get('bench_cores', 0):.2f} / "
+                                 f"{c.get('other_cores', 0):.2f}")
+            return ", ".join(cells)
+
+        for ph, name, row in cpu_rows:
+            L.append(f"| {ph} | {name} | {cpu_cell(row['runs']['zookeeper'])} | {cpu_cell(row['runs']['warden'])} |")
+        L.append("")
+
     if "memory" in results:
         mem = results["memory"]
         n = mem["znodes"]
@@ -959,15 +1200,15 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
                  f"({opts.loader_conns} sessions x {opts.loader_window} in flight), nodes "
                  f"`/warden-mem/b<i/{opts.bucket}>/n<i%{opts.bucket}>`. RSS = VmRSS from /proc/<pid>/status.")
         L.append("")
-        L.append("| server | RSS idle | RSS after load | RSS after load + forced GC | (RSS - idle)/znode | "
-                 "node count (srvr) | load time / rate | load errors |")
-        L.append("|---|---:|---:|---:|---:|---:|---|---|")
+        L.append("| server | RSS idle | RSS after load | of which RssAnon / RssFile | RSS after load + forced GC | "
+                 "(RSS - idle)/znode | node count (srvr) | load time / rate | load errors |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---|---|")
         for kind in KINDS:
             r = mem["runs"].get(kind)
             if not r:
                 continue
             if "failed" in r:
-                L.append(f"| {LABEL[kind]} | FAILED: {r['failed'][:200]} |||||||")
+                L.append(f"| {LABEL[kind]} | FAILED: {r['failed'][:200]} ||||||||")
                 continue
             ld = r.get("load", {})
             base = r.get("rss_loaded_gc") if kind == "zookeeper" and r.get("rss_loaded_gc") else r.get("rss_loaded")
@@ -976,12 +1217,17 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
             if kind == "zookeeper" and r.get("gc_error"):
                 gc = f"n/a ({r['gc_error']})"
             errs = {k: v for k, v in ld.items() if k in ("errors", "failures")}
+            d = r.get("rss_loaded_detail") or {}
             L.append(
-                f"| {LABEL[kind]} | {mib(r.get('rss_idle'))} | {mib(r.get('rss_loaded'))} | {gc} | "
+                f"| {LABEL[kind]} | {mib(r.get('rss_idle'))} | {mib(r.get('rss_loaded'))} | "
+                f"{mib(d.get('RssAnon'))} / {mib(d.get('RssFile'))} | {gc} | "
                 f"{'n/a' if per is None else f'{per:.0f} B'} | {r.get('node_count')} | "
                 f"{ld.get('seconds', 0):.1f} s / {ld.get('rate_per_sec') or 0:,.0f} per s | {errs or 'none'} |"
             )
         zr, wr = mem["runs"].get("zookeeper", {}), mem["runs"].get("warden", {})
+        L.append("")
+        L.append("(RSS - idle)/znode uses ZooKeeper's after-GC RSS. RssFile counts file pages mapped into the process "
+                 "(e.g. an mmap'd database file).")
         if zr.get("rss_loaded") and wr.get("rss_loaded"):
             L.append("")
             L.append(f"Warden/ZooKeeper RSS after load: {wr['rss_loaded'] / zr['rss_loaded']:.2f}"
@@ -1045,6 +1291,12 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
         w = results["watch"]
         L.append(f"## Watch fan-out: {w['watchers']:,} watchers on one node, setData -> last event (ms)")
         L.append("")
+        if opts.watch_tool == "bench":
+            L.append("Client: `warden-bench --workload watch`.")
+        else:
+            L.append("Client: compare.py's single-threaded raw-jute epoll client (`--watch-tool python`; "
+                     "its per-event Python overhead is included in the time, equally for both servers).")
+        L.append("")
         L.append("| server | watchers registered per round | events per round | last_event_ms per round | median |")
         L.append("|---|---|---|---|---:|")
         for kind in KINDS:
@@ -1075,6 +1327,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument("--rounds", type=int, default=3, help="A/B rounds per throughput/latency/watch workload")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of measured load per warden-bench run")
+    ap.add_argument("--warmup", type=float, default=3.0,
+                    help="seconds of unmeasured load (same workload) on each fresh server before the measured run; 0 = none")
     ap.add_argument("--znodes", type=int, default=1_000_000, help="znodes (100 bytes) for the memory/restart phase")
     ap.add_argument("--sessions", type=int, default=10_000, help="concurrent sessions for the sessions phase")
     ap.add_argument("--session-hold", type=float, default=60.0, help="seconds the sessions are held")
@@ -1087,10 +1341,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--bench-bin", default=str(REPO_ROOT / "target/release/warden-bench"))
     ap.add_argument("--zk-heap", default="2g", help="ZooKeeper -Xmx")
     ap.add_argument("--zk-java-opts", default="", help="extra JVM options for ZooKeeper (e.g. '-XX:+UseSerialGC')")
+    ap.add_argument("--listen-backlog", type=int, default=1024,
+                    help="clientPortListenBacklog in zoo.cfg (ZooKeeper's default is 50, which makes bursts of "
+                         "connects stall 1 s on SYN retransmits; Warden ignores the key and its tokio listener uses "
+                         "1024); 0 = leave the key out")
     ap.add_argument("--restart-timeout", type=float, default=600.0, help="seconds to wait for the first read after a restart")
     ap.add_argument("--loader-conns", type=int, default=4, help="sessions used by the znode loader")
     ap.add_argument("--loader-window", type=int, default=500, help="creates in flight per loader session")
     ap.add_argument("--bucket", type=int, default=1000, help="znodes per parent in the memory phase")
+    ap.add_argument("--watch-tool", choices=["python", "bench"], default="python",
+                    help="watch fan-out client: this script's raw-jute epoll client, or warden-bench --workload watch "
+                         "(which deadlocks until session expiry in the current build; see README)")
     ap.add_argument("--ensemble", action="store_true", help="3-node ensembles (NOT YET SUPPORTED)")
     opts = ap.parse_args(argv)
     if opts.ensemble:

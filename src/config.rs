@@ -22,6 +22,61 @@ pub enum ConfigError {
     Value { key: String, value: String, why: String },
 }
 
+/// One `server.N=host:peerPort:electionPort[:participant|:observer][;[clientAddr:]clientPort]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerEntry {
+    pub id: u64,
+    pub host: String,
+    /// Raft RPCs, forwarded writes, session touches and read-index requests.
+    pub peer_port: u16,
+    /// Accepted for compatibility and unused (Raft elects over the peer port).
+    pub election_port: u16,
+    pub observer: bool,
+    /// The client address, if the line names one.
+    pub client: Option<(String, u16)>,
+}
+
+impl ServerEntry {
+    /// `host:peerPort`.
+    pub fn peer_addr(&self) -> String {
+        format!("{}:{}", self.host, self.peer_port)
+    }
+}
+
+/// Parses a `server.N` value as ZooKeeper's `QuorumPeer.QuorumServer` does.
+pub fn parse_server(key: &str, id: u64, value: &str) -> Result<ServerEntry, ConfigError> {
+    let (addrs, client) = match value.split_once(';') {
+        Some((a, c)) => (a, Some(c)),
+        None => (value, None),
+    };
+    let parts: Vec<&str> = addrs.trim().split(':').collect();
+    if parts.len() < 3 || parts.len() > 4 {
+        return Err(bad(
+            key,
+            value,
+            "expected host:peerPort:electionPort[:participant|:observer][;[clientAddr:]clientPort]",
+        ));
+    }
+    let peer_port = parse::<u16>(key, parts[1])?;
+    let election_port = parse::<u16>(key, parts[2])?;
+    let observer = match parts.get(3).map(|r| r.trim()) {
+        None | Some("participant") => false,
+        Some("observer") => true,
+        Some(other) => return Err(bad(key, value, format!("unknown role {other:?}"))),
+    };
+    let client = match client.map(str::trim).filter(|c| !c.is_empty()) {
+        None => None,
+        Some(c) => Some(match c.rsplit_once(':') {
+            Some((addr, port)) => (addr.to_owned(), parse::<u16>(key, port)?),
+            None => ("0.0.0.0".to_owned(), parse::<u16>(key, c)?),
+        }),
+    };
+    if parts[0].trim().is_empty() {
+        return Err(bad(key, value, "empty host"));
+    }
+    Ok(ServerEntry { id, host: parts[0].trim().to_owned(), peer_port, election_port, observer, client })
+}
+
 /// The server's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -53,7 +108,16 @@ pub struct Config {
     pub super_digest: Option<String>,
     /// How often containers and TTL nodes are checked (ZooKeeper: 60 s).
     pub container_check_interval_ms: u64,
+    /// This server's id: `myid` in an ensemble, 0 standalone.
     pub server_id: u64,
+    /// The ensemble (`server.N` lines); empty when standalone.
+    pub servers: std::collections::BTreeMap<u64, ServerEntry>,
+    pub init_limit: u32,
+    pub sync_limit: u32,
+    /// `raft.heartbeatMs` (Warden's own key); default tickTime / 20.
+    pub raft_heartbeat_ms: Option<u64>,
+    /// `raft.electionTimeoutMs` (Warden's own key); default 3 heartbeats.
+    pub raft_election_timeout_ms: Option<u64>,
 }
 
 impl Default for Config {
@@ -84,6 +148,11 @@ impl Default for Config {
             super_digest: None,
             container_check_interval_ms: 1000,
             server_id: 0,
+            servers: std::collections::BTreeMap::new(),
+            init_limit: 10,
+            sync_limit: 5,
+            raft_heartbeat_ms: None,
+            raft_election_timeout_ms: None,
         }
     }
 }
@@ -188,9 +257,18 @@ impl Config {
                     c.super_digest = Some(value.clone());
                 }
                 "znode.container.checkIntervalMs" => c.container_check_interval_ms = parse(raw_key, value)?,
-                "initLimit"
-                | "syncLimit"
-                | "electionAlg"
+                "initLimit" => c.init_limit = parse(raw_key, value)?,
+                "syncLimit" => c.sync_limit = parse(raw_key, value)?,
+                "raft.heartbeatMs" => c.raft_heartbeat_ms = Some(parse(raw_key, value)?),
+                "raft.electionTimeoutMs" => c.raft_election_timeout_ms = Some(parse(raw_key, value)?),
+                k if k.starts_with("server.") => {
+                    let id = parse::<u64>(raw_key, &k["server.".len()..])?;
+                    if id == 0 || id > 254 {
+                        return Err(bad(raw_key, value, "server ids must be 1..=254"));
+                    }
+                    c.servers.insert(id, parse_server(raw_key, id, value)?);
+                }
+                "electionAlg"
                 | "standaloneEnabled"
                 | "reconfigEnabled"
                 | "admin.idleTimeout"
@@ -219,6 +297,17 @@ impl Config {
             Some(v) if v > 0 => v,
             _ => 20 * tick,
         };
+        if !c.servers.is_empty() {
+            let myid_path = c.data_dir.join("myid");
+            let text = std::fs::read_to_string(&myid_path).map_err(|e| {
+                bad("myid", &myid_path.display().to_string(), format!("an ensemble member needs dataDir/myid: {e}"))
+            })?;
+            let id = parse::<u64>("myid", text.trim())?;
+            if !c.servers.contains_key(&id) {
+                return Err(bad("myid", text.trim(), "no server.N line in zoo.cfg has this id"));
+            }
+            c.server_id = id;
+        }
         if c.min_session_timeout_ms > c.max_session_timeout_ms {
             return Err(bad(
                 "minSessionTimeout",

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::raft::log_store::LogStore;
-use crate::raft::network::NoPeersFactory;
+use crate::raft::network::PeerNetworkFactory;
 use crate::raft::state_machine::SharedTree;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
@@ -55,11 +55,17 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let sm = StateMachine::open(&config.data_dir.join("snapshots"), shared.clone(), watches.clone())
         .map_err(ServerError::StateMachine)?;
 
+    // Raft timing: a heartbeat every tick/20 (100 ms at tickTime 2000) and elections after 2-4
+    // heartbeats' silence, so a leader's death is noticed well under a second (ZooKeeper
+    // needs about 0.85 s on our machines). `raft.heartbeatMs`/`raft.electionTimeoutMs`
+    // override.
+    let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 20).clamp(20, 500));
+    let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
     let raft_config = openraft::Config {
         cluster_name: "warden".into(),
-        heartbeat_interval: 100,
-        election_timeout_min: 150,
-        election_timeout_max: 300,
+        heartbeat_interval: heartbeat,
+        election_timeout_min: election,
+        election_timeout_max: election * 2,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snap_count),
         max_in_snapshot_log_to_keep: 1000,
         ..Default::default()
@@ -67,20 +73,35 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
     let id = config.server_id;
-    let raft = Raft::new(id, Arc::new(raft_config), NoPeersFactory, log_store, sm)
+    let raft = Raft::new(id, Arc::new(raft_config), PeerNetworkFactory, log_store, sm)
         .await
         .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let standalone = config.servers.is_empty();
     if !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))? {
+        // Every member initialises with the same membership from the same zoo.cfg; openraft
+        // makes that safe (identical first entries), so no member needs a manual step.
         let mut members = BTreeMap::new();
-        members.insert(id, openraft::BasicNode { addr: String::new() });
-        raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))?;
-        tracing::info!("initialised a new one-member Raft group");
+        if standalone {
+            members.insert(id, openraft::BasicNode { addr: String::new() });
+        } else {
+            for (sid, s) in config.servers.iter().filter(|(_, s)| !s.observer) {
+                members.insert(*sid, openraft::BasicNode { addr: s.peer_addr() });
+            }
+        }
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!(members = config.servers.len().max(1), "initialised a new Raft group"),
+            Err(e) => tracing::info!(error = %e, "not initialising (another member already did)"),
+        }
     }
-    raft.wait(Some(Duration::from_secs(30)))
-        .current_leader(id, "standalone server becomes leader")
-        .await
-        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    if standalone {
+        raft.wait(Some(Duration::from_secs(30)))
+            .current_leader(id, "standalone server becomes leader")
+            .await
+            .map_err(|e| ServerError::Raft(e.to_string()))?;
+    }
 
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (serving_tx, serving_rx) = tokio::sync::watch::channel(standalone);
     let sessions = Arc::new(SessionTracker::new(id));
     let stats = Arc::new(crate::client::stats::ServerStats::default());
     let dispatcher = Dispatcher {
@@ -90,39 +111,116 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         sessions,
         config: config.clone(),
         stats,
-        proposer: crate::dispatch::propose::Proposer::start(raft.clone()),
+        proposer: crate::dispatch::propose::Proposer::start(raft.clone(), id, shared.clone()),
+        serving: serving_rx,
     };
 
-    let addr = SocketAddr::new(config.client_port_address, config.client_port);
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Listen { addr, source })?;
-    tracing::info!(%addr, data_dir = %config.data_dir.display(), "serving clients");
+    let mut tasks = Vec::new();
+    if let Some(me) = config.servers.get(&id) {
+        let addr: SocketAddr = tokio::net::lookup_host(me.peer_addr())
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| ServerError::Raft(format!("cannot resolve peer address {}", me.peer_addr())))?;
+        let bind = SocketAddr::new(if addr.ip().is_loopback() { addr.ip() } else { [0, 0, 0, 0].into() }, addr.port());
+        let peer_listener =
+            tokio::net::TcpListener::bind(bind).await.map_err(|source| ServerError::Listen { addr: bind, source })?;
+        tracing::info!(%bind, "peer port listening");
+        tasks.push(tokio::spawn(crate::peer::serve(peer_listener, Arc::new(dispatcher.clone()), stop_rx.clone())));
+        tasks.push(tokio::spawn(send_touches(dispatcher.clone(), stop_rx.clone())));
+    }
+    tasks.push(tokio::spawn(watch_quorum(dispatcher.clone(), serving_tx, stop_rx.clone())));
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let expiry = tokio::spawn(expire_sessions(dispatcher.clone(), stop_rx.clone()));
-    let reaper = tokio::spawn(reap_containers(dispatcher.clone(), stop_rx.clone()));
-    let admin = config.admin_enable.then(|| {
+    let (client_ip, client_port) = match config.servers.get(&id).and_then(|s| s.client.clone()) {
+        Some((host, port)) => (host.parse().unwrap_or(config.client_port_address), port),
+        None => (config.client_port_address, config.client_port),
+    };
+    let addr = SocketAddr::new(client_ip, client_port);
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Listen { addr, source })?;
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), server_id = id, "serving clients");
+
+    tasks.push(tokio::spawn(expire_sessions(dispatcher.clone(), stop_rx.clone())));
+    tasks.push(tokio::spawn(reap_containers(dispatcher.clone(), stop_rx.clone())));
+    if config.admin_enable {
         let addr = SocketAddr::new(config.admin_address, config.admin_port);
-        tokio::spawn(crate::admin::http::serve(addr, dispatcher.clone(), stop_rx.clone()))
-    });
-    let exporter = metrics_handle.map(|h| {
+        tasks.push(tokio::spawn(crate::admin::http::serve(addr, dispatcher.clone(), stop_rx.clone())));
+    }
+    if let Some(h) = metrics_handle {
         let addr = SocketAddr::new(config.metrics_host, config.metrics_port);
-        tokio::spawn(crate::admin::metrics::serve(addr, dispatcher.clone(), h, stop_rx.clone()))
-    });
+        tasks.push(tokio::spawn(crate::admin::metrics::serve(addr, dispatcher.clone(), h, stop_rx.clone())));
+    }
     let clients = tokio::spawn(crate::client::listen(listener, dispatcher, stop_rx));
 
     shutdown_signal().await;
     tracing::info!("shutting down: no new connections");
     let _ = stop_tx.send(true);
     let _ = clients.await;
-    let _ = expiry.await;
-    let _ = reaper.await;
-    for task in [admin, exporter].into_iter().flatten() {
+    for task in tasks {
         let _ = task.await;
     }
     tracing::info!("stopping raft");
     let _ = raft.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Whether this server may serve clients: it knows a leader, and if it is the leader, a quorum
+/// acknowledged it recently. Flips `serving`, which closes client connections when false.
+async fn watch_quorum(
+    d: Dispatcher,
+    serving: tokio::sync::watch::Sender<bool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    if d.config.servers.is_empty() {
+        // A standalone server is its own quorum. Keep the sender alive until shutdown: a
+        // dropped sender would wake every connection's `serving.changed()` forever.
+        let _ = stop.changed().await;
+        drop(serving);
+        return;
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let limit = d.raft.config().election_timeout_max * 2;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let m = d.raft.metrics().borrow().clone();
+        let ok = match m.current_leader {
+            None => false,
+            Some(l) if l == d.config.server_id => m.millis_since_quorum_ack.is_some_and(|ms| ms < limit),
+            Some(_) => true,
+        };
+        if *serving.borrow() != ok {
+            tracing::info!(serving = ok, leader = ?m.current_leader, "client service {}", if ok { "resumed" } else { "suspended" });
+            let _ = serving.send(ok);
+        }
+    }
+}
+
+/// A follower tells the leader which sessions it heard from (pings are answered locally).
+async fn send_touches(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let period = Duration::from_millis((u64::from(d.config.tick_time_ms) / 4).clamp(20, 500));
+    let mut tick = tokio::time::interval(period);
+    let mut clients: std::collections::HashMap<u64, crate::peer::PeerClient> = Default::default();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let m = d.raft.metrics().borrow().clone();
+        let Some(leader) = m.current_leader.filter(|l| *l != d.config.server_id) else { continue };
+        let touched = d.sessions.take_touched();
+        if touched.is_empty() {
+            continue;
+        }
+        let addr = m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone()).unwrap_or_default();
+        let client = clients.entry(leader).or_insert_with(|| crate::peer::PeerClient::new(addr)).clone();
+        if let Err(e) = client.call(crate::peer::PeerRequest::Touch(touched), Duration::from_secs(2)).await {
+            tracing::debug!(error = %e, "session touches not delivered");
+            clients.remove(&leader);
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -152,10 +250,21 @@ async fn shutdown_signal() {
 async fn expire_sessions(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period = Duration::from_millis((u64::from(d.config.tick_time_ms) / 4).clamp(20, 500));
     let mut tick = tokio::time::interval(period);
+    let mut was_leader = false;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
+        }
+        let leader_now = d.raft.metrics().borrow().current_leader == Some(d.config.server_id);
+        if !leader_now {
+            was_leader = false;
+            continue;
+        }
+        if !was_leader {
+            // Failover grace: a new leader cannot know when followers last heard from sessions.
+            d.sessions.grace_all();
+            was_leader = true;
         }
         let known: Vec<(i64, i32)> = d.shared.read().sessions().map(|(id, s)| (*id, s.timeout_ms)).collect();
         for session_id in d.sessions.expired(known.into_iter()) {
@@ -185,6 +294,9 @@ async fn reap_containers(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
+        }
+        if d.raft.metrics().borrow().current_leader != Some(d.config.server_id) {
+            continue;
         }
         let now = now_ms();
         let candidates: Vec<String> = {

@@ -54,8 +54,18 @@ pub const WORDS: &[(&str, &str)] = &[
 pub const TRACE_MASK: i64 = 306;
 
 /// The server's mode as `srvr` and `mntr` report it.
-pub fn mode(_d: &Dispatcher) -> &'static str {
-    "standalone"
+pub fn mode(d: &Dispatcher) -> &'static str {
+    if d.config.servers.is_empty() {
+        return "standalone";
+    }
+    let m = d.raft.metrics().borrow().clone();
+    if m.current_leader == Some(d.config.server_id) {
+        "leader"
+    } else if d.config.servers.get(&d.config.server_id).is_some_and(|s| s.observer) {
+        "observer"
+    } else {
+        "follower"
+    }
 }
 
 /// Sum of file sizes below a directory (`dirs`).
@@ -264,6 +274,10 @@ pub fn run(d: &Dispatcher, word: &[u8; 4]) -> String {
     }
     if !d.config.four_letter_allowed(&w) {
         return format!("{w} is not executed because it is not in the whitelist.\n");
+    }
+    if !*d.serving.borrow() && !matches!(word, b"ruok" | b"conf" | b"envi" | b"isro" | b"dirs" | b"gtmk" | b"stmk") {
+        // FourLetterCommands: a server that is not serving says so instead of its stats.
+        return "This ZooKeeper instance is not currently serving requests\n".into();
     }
     match word {
         b"ruok" => "imok".into(),

@@ -112,6 +112,7 @@ pub async fn listen(listener: TcpListener, dispatcher: Dispatcher, mut shutdown:
         let conn_id = next_conn.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             metrics::counter!(stats::names::CONNECTION_REQUESTS).increment(1);
+
             let Some(_slot) = limits.take(peer.ip(), d.config.max_client_cnxns) else {
                 tracing::warn!(%peer, max = d.config.max_client_cnxns, "too many connections from this address");
                 metrics::counter!(stats::names::CONNECTIONS_REJECTED, "reason" => "max_client_cnxns").increment(1);
@@ -189,6 +190,11 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
     };
     d.stats.packet_received(cs);
 
+    if !*d.serving.borrow() {
+        // ZooKeeper does not serve clients without a quorum; they try the next server.
+        metrics::counter!(stats::names::CONNECTIONS_REJECTED, "reason" => "no_quorum").increment(1);
+        return;
+    }
     // ZooKeeperServer.processConnectRequest: never serve a client that has seen newer state.
     let last_zxid = d.last_zxid();
     if req.last_zxid_seen > last_zxid {
@@ -244,6 +250,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
     cs.timeout_ms.store(i64::from(timeout), std::sync::atomic::Ordering::Relaxed);
 
     let mut caller = Caller { session_id, auth: vec![ip] };
+    let mut serving = d.serving.clone();
     let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
     let (done_tx, _) = tokio::sync::watch::channel(0u64);
     let done_tx = Arc::new(done_tx);
@@ -290,6 +297,12 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                 }
             }
             _ = &mut close_rx => break,
+            Ok(()) = serving.changed() => {
+                if !*serving.borrow() {
+                    tracing::info!(%peer, "no quorum: closing the connection so the client moves on");
+                    break;
+                }
+            }
             frame = reader.next(), if reading => {
                 let (header, request) = match frame {
                     Some(Ok(ClientMessage::Request { header, request })) => (header, request),
@@ -369,6 +382,27 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                                 .boxed(),
                             );
                         }
+                    }
+                    Prepped::Sync => {
+                        let target = submitted;
+                        let mut rx = done_tx.subscribe();
+                        let d2 = d.clone();
+                        let c2 = caller.clone();
+                        jobs.push_back(
+                            async move {
+                                let _ = rx.wait_for(|v| *v >= target).await;
+                                let reply = match d2.sync().await {
+                                    Ok(()) => d2.read(&c2, &request),
+                                    Err(e) => Reply {
+                                        zxid: d2.last_zxid(),
+                                        err: crate::dispatch::propose_error_code(&e),
+                                        response: Response::Empty,
+                                    },
+                                };
+                                Done { xid, reply, close: false, op, short, started }
+                            }
+                            .boxed(),
+                        );
                     }
                     Prepped::Write(txn, write_op) => {
                         submitted += 1;

@@ -74,6 +74,8 @@ pub enum Prepped {
     Write(Txn, OpCode),
     /// Answer with this at once (a request refused before the log).
     Refuse(ErrorCode),
+    /// Catch up with the leader ([`Dispatcher::sync`]), then answer as a read.
+    Sync,
 }
 
 /// Why a proposal did not produce a result.
@@ -132,6 +134,9 @@ pub struct Dispatcher {
     pub config: Arc<Config>,
     pub stats: Arc<crate::client::stats::ServerStats>,
     pub proposer: propose::Proposer,
+    /// False while this server cannot serve clients (no leader, or a leader without a quorum):
+    /// connections close and new ones are refused, so clients move to another server.
+    pub serving: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Dispatcher {
@@ -239,6 +244,7 @@ impl Dispatcher {
                 write(Ok(TxnOp::CloseSession { session_id: caller.session_id }), OpCode::CloseSession)
             }
             Request::Reconfig(_) => Prepped::Refuse(ErrorCode::ReconfigDisabled),
+            Request::Sync(_) => Prepped::Sync,
             Request::DeleteContainer(_) => Prepped::Refuse(ErrorCode::Unimplemented),
             _ => Prepped::Read,
         }
@@ -247,6 +253,40 @@ impl Dispatcher {
     /// Propose: replicate `txn` and wait until it is applied here.
     pub async fn propose(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
         self.proposer.propose(txn).await
+    }
+
+    /// `sync`: catch up with the leader's commit point at the time of the call. The leader
+    /// confirms its leadership with a quorum (openraft's read index); a follower asks the
+    /// leader for that point over the peer port and waits until it has applied it.
+    pub async fn sync(&self) -> Result<(), ProposeError> {
+        let leader = self.raft.metrics().borrow().current_leader;
+        let target = match leader {
+            Some(l) if l == self.config.server_id => {
+                self.raft.ensure_linearizable().await.map_err(|e| ProposeError::Raft(e.to_string()))?;
+                return Ok(());
+            }
+            Some(l) => {
+                let addr = self
+                    .raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .get_node(&l)
+                    .map(|n| n.addr.clone())
+                    .unwrap_or_default();
+                let client = crate::peer::PeerClient::new(addr);
+                match client.call(crate::peer::PeerRequest::ReadIndex, std::time::Duration::from_secs(5)).await {
+                    Ok(crate::peer::PeerResponse::ReadIndex(Ok(z))) => z,
+                    Ok(other) => return Err(ProposeError::Raft(format!("read index: {other:?}"))),
+                    Err(e) => return Err(ProposeError::Raft(e.to_string())),
+                }
+            }
+            None => return Err(ProposeError::Raft("no leader".into())),
+        };
+        let mut applied = self.shared.applied.subscribe();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), applied.wait_for(|z| *z >= target)).await;
+        Ok(())
     }
 
     /// Expires a session through the log (admin kill): its ephemerals are deleted on every
@@ -464,6 +504,56 @@ impl Dispatcher {
                 Ok(ids)
             }
             _ => Err(ErrorCode::AuthFailed),
+        }
+    }
+}
+
+type Boxed<T> = futures::future::BoxFuture<'static, T>;
+
+impl crate::peer::PeerHandler for Dispatcher {
+    fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    #[allow(clippy::async_yields_async)] // the outer future queues, the inner one waits
+    fn forward(&self, batch: crate::txn::TxnBatch) -> Boxed<Boxed<Result<Vec<TxnResult>, String>>> {
+        let proposer = self.proposer.clone();
+        Box::pin(async move {
+            let mut waits = Vec::with_capacity(batch.txns.len());
+            for txn in batch.txns {
+                match proposer.submit(txn).await {
+                    Ok(w) => waits.push(w),
+                    Err(e) => {
+                        let e = e.to_string();
+                        return Box::pin(async move { Err(e) }) as Boxed<_>;
+                    }
+                }
+            }
+            Box::pin(async move {
+                let mut out = Vec::with_capacity(waits.len());
+                for w in waits {
+                    match w.await {
+                        Ok(Ok(r)) => out.push(r),
+                        Ok(Err(e)) => return Err(e.to_string()),
+                        Err(_) => return Err("proposal dropped".into()),
+                    }
+                }
+                Ok(out)
+            }) as Boxed<_>
+        })
+    }
+
+    fn read_index(&self) -> Boxed<Result<i64, String>> {
+        let d = self.clone();
+        Box::pin(async move {
+            d.raft.ensure_linearizable().await.map_err(|e| e.to_string())?;
+            Ok(d.last_zxid())
+        })
+    }
+
+    fn touch(&self, sessions: &[i64]) {
+        for s in sessions {
+            self.sessions.touch(*s);
         }
     }
 }

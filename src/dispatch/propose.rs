@@ -1,17 +1,27 @@
-//! The proposer: group commit. Txns from every connection queue in one bounded inbox; a single
-//! task drains it into batches and hands each batch to openraft as one log entry, so one redb
-//! commit (one fsync) carries as many txns as arrived while the previous batch was being
-//! written. At most [`MAX_IN_FLIGHT`] batches are in openraft at once: while one is being made
-//! durable the next fills up. Batches are submitted in inbox order, so a session's writes
+//! The proposer: group commit, and forwarding to the leader.
+//!
+//! Txns from every connection (and batches forwarded by followers) queue in one bounded inbox;
+//! a single task drains it into batches. On the leader each batch becomes one Raft log entry,
+//! so one redb commit (one fsync) carries as many txns as arrived while the previous batch was
+//! being written; at most [`MAX_IN_FLIGHT`] batches are in openraft at once. On a follower the
+//! batch is forwarded to the leader over the peer port, and the answer is released only after
+//! this server has applied the entry itself, so the client's next read here sees its write and
+//! its watch events are queued first. Batches leave in inbox order, so a session's writes
 //! enter the log in the order it sent them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 use tokio::sync::Semaphore;
 
 use super::ProposeError;
+use crate::peer::PeerClient;
+use crate::peer::PeerRequest;
+use crate::peer::PeerResponse;
+use crate::raft::state_machine::SharedTree;
 use crate::raft::Raft;
 use crate::txn::Txn;
 use crate::txn::TxnBatch;
@@ -21,12 +31,15 @@ use crate::txn::TxnResult;
 pub const MAX_BATCH: usize = 1024;
 /// Approximate data bytes per log entry at most.
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
-/// Batches handed to openraft and not yet applied, at most.
+/// Batches handed to openraft (or the leader) and not yet answered, at most.
 pub const MAX_IN_FLIGHT: usize = 2;
 /// Txns waiting for a batch, at most (back-pressure on connections beyond that).
 const INBOX: usize = 64 * 1024;
+/// How long a forwarded batch may take.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
-type Waiter = oneshot::Sender<Result<TxnResult, ProposeError>>;
+type Outcome = Result<TxnResult, ProposeError>;
+type Waiter = oneshot::Sender<Outcome>;
 
 /// A handle to the proposer task.
 #[derive(Clone)]
@@ -48,23 +61,53 @@ fn txn_bytes(txn: &Txn) -> usize {
 }
 
 impl Proposer {
-    /// Starts the proposer task for `raft`.
-    pub fn start(raft: Raft) -> Proposer {
+    /// Starts the proposer task for server `me`.
+    pub fn start(raft: Raft, me: u64, shared: Arc<SharedTree>) -> Proposer {
         let (tx, rx) = mpsc::channel(INBOX);
-        tokio::spawn(run(raft, rx));
+        tokio::spawn(run(raft, me, shared, rx));
         Proposer { tx }
     }
 
-    /// Queues a txn and waits until it is applied on this server.
-    pub async fn propose(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
+    /// Queues a txn; the receiver yields its result once applied on this server.
+    pub async fn submit(&self, txn: Txn) -> Result<oneshot::Receiver<Outcome>, ProposeError> {
         let (done, wait) = oneshot::channel();
         self.tx.send((txn, done)).await.map_err(|_| ProposeError::Raft("proposer stopped".into()))?;
-        wait.await.map_err(|_| ProposeError::Raft("proposal dropped".into()))?
+        Ok(wait)
+    }
+
+    /// Queues a txn and waits until it is applied on this server.
+    pub async fn propose(&self, txn: Txn) -> Outcome {
+        self.submit(txn).await?.await.map_err(|_| ProposeError::Raft("proposal dropped".into()))?
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<(Txn, Waiter)>) {
+fn fail_all(waiters: Vec<Waiter>, e: &str) {
+    for w in waiters {
+        let _ = w.send(Err(ProposeError::Raft(e.to_owned())));
+    }
+}
+
+/// The current leader and its peer address, waiting up to `patience` for one to be known.
+async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
+    let mut rx = raft.metrics();
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        {
+            let m = rx.borrow();
+            if let Some(l) = m.current_leader {
+                let addr = m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()).unwrap_or_default();
+                return Some((l, addr));
+            }
+        }
+        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            return None;
+        }
+    }
+}
+
+async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receiver<(Txn, Waiter)>) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut peers: HashMap<u64, PeerClient> = HashMap::new();
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
         let Some(first) = rx.recv().await else { return };
@@ -81,35 +124,58 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<(Txn, Waiter)>) {
         }
         let (txns, waiters): (Vec<Txn>, Vec<Waiter>) = batch.into_iter().unzip();
         metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
-        match raft.client_write_ff(TxnBatch { txns }).await {
-            Ok(response) => {
+        let Some((leader_id, leader_addr)) = leader(&raft, Duration::from_secs(3)).await else {
+            fail_all(waiters, "no leader");
+            continue;
+        };
+        if leader_id == me {
+            match raft.client_write_ff(TxnBatch { txns }).await {
+                Ok(response) => {
+                    tokio::spawn(async move {
+                        match response.await {
+                            Ok(Ok(r)) => {
+                                for (w, r) in waiters.into_iter().zip(r.data) {
+                                    let _ = w.send(Ok(r));
+                                }
+                            }
+                            Ok(Err(e)) => fail_all(waiters, &e.to_string()),
+                            Err(e) => fail_all(waiters, &e.to_string()),
+                        }
+                        drop(permit);
+                    });
+                }
+                Err(fatal) => {
+                    fail_all(waiters, &fatal.to_string());
+                    tracing::error!(error = %fatal, "raft stopped; proposer exits");
+                    return;
+                }
+            }
+            continue;
+        }
+        // A follower: forward to the leader, in order, then wait for the local apply.
+        let client = peers.entry(leader_id).or_insert_with(|| PeerClient::new(leader_addr)).clone();
+        match client.start(PeerRequest::Forward(TxnBatch { txns }), FORWARD_TIMEOUT).await {
+            Ok(answer) => {
+                let mut applied = shared.applied.subscribe();
                 tokio::spawn(async move {
-                    let outcome = match response.await {
-                        Ok(Ok(r)) => Ok(r.data),
-                        Ok(Err(e)) => Err(ProposeError::Raft(e.to_string())),
-                        Err(e) => Err(ProposeError::Raft(e.to_string())),
-                    };
-                    match outcome {
-                        Ok(results) => {
+                    match answer.await {
+                        Ok(PeerResponse::Forward(Ok(results))) => {
+                            let last = results.iter().map(|r| r.zxid).max().unwrap_or(0);
+                            let _ = tokio::time::timeout(FORWARD_TIMEOUT, applied.wait_for(|z| *z >= last)).await;
                             for (w, r) in waiters.into_iter().zip(results) {
                                 let _ = w.send(Ok(r));
                             }
                         }
-                        Err(e) => {
-                            for w in waiters {
-                                let _ = w.send(Err(ProposeError::Raft(e.to_string())));
-                            }
-                        }
+                        Ok(PeerResponse::Forward(Err(e))) => fail_all(waiters, &e),
+                        Ok(_) => fail_all(waiters, "unexpected answer to a forwarded batch"),
+                        Err(e) => fail_all(waiters, &e.to_string()),
                     }
                     drop(permit);
                 });
             }
-            Err(fatal) => {
-                for w in waiters {
-                    let _ = w.send(Err(ProposeError::Raft(fatal.to_string())));
-                }
-                tracing::error!(error = %fatal, "raft stopped; proposer exits");
-                return;
+            Err(e) => {
+                peers.remove(&leader_id);
+                fail_all(waiters, &e.to_string());
             }
         }
     }

@@ -1,10 +1,14 @@
-//! The Raft network adapter. A standalone server is a one-member group and never sends an
-//! RPC; every call reports the target unreachable. The ensemble issue replaces this with
-//! RPCs over the peer port.
+//! The Raft network adapter over the peer port ([`crate::peer`]). Transport failures map to
+//! openraft's error classes in one function: cannot connect -> `Unreachable` (openraft backs
+//! off), lost or timed out -> `Network`, the peer's own Raft error -> `RemoteError`.
+
+use std::time::Duration;
 
 use openraft::error::InstallSnapshotError;
+use openraft::error::NetworkError;
 use openraft::error::RPCError;
 use openraft::error::RaftError;
+use openraft::error::RemoteError;
 use openraft::error::Unreachable;
 use openraft::network::RPCOption;
 use openraft::network::RaftNetwork;
@@ -18,50 +22,73 @@ use openraft::raft::VoteResponse;
 use openraft::BasicNode;
 
 use super::TypeConfig;
+use crate::peer::PeerClient;
+use crate::peer::PeerError;
+use crate::peer::PeerRequest;
+use crate::peer::PeerResponse;
 
-/// Builds [`NoPeers`] connections.
-pub struct NoPeersFactory;
+/// Builds a [`PeerNetwork`] per target; `BasicNode.addr` is the target's `host:peerPort`.
+pub struct PeerNetworkFactory;
 
-/// A connection to a peer that does not exist.
-pub struct NoPeers;
-
-#[derive(Debug, thiserror::Error)]
-#[error("standalone server has no peers")]
-struct NoPeersError;
-
-fn unreachable<E: std::error::Error>() -> RPCError<u64, BasicNode, E> {
-    RPCError::Unreachable(Unreachable::new(&NoPeersError))
+/// Raft RPCs to one peer.
+pub struct PeerNetwork {
+    target: u64,
+    client: PeerClient,
 }
 
-impl RaftNetworkFactory<TypeConfig> for NoPeersFactory {
-    type Network = NoPeers;
-    async fn new_client(&mut self, _target: u64, _node: &BasicNode) -> NoPeers {
-        NoPeers
+impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
+    type Network = PeerNetwork;
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerNetwork {
+        PeerNetwork { target, client: PeerClient::new(node.addr.clone()) }
     }
 }
 
-impl RaftNetwork<TypeConfig> for NoPeers {
+#[derive(Debug, thiserror::Error)]
+#[error("unexpected answer from peer")]
+struct WrongAnswer;
+
+fn transport<E: std::error::Error>(e: PeerError) -> RPCError<u64, BasicNode, E> {
+    match e {
+        PeerError::Connect(..) => RPCError::Unreachable(Unreachable::new(&e)),
+        _ => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+fn timeout(option: &RPCOption) -> Duration {
+    option.hard_ttl().max(Duration::from_millis(50))
+}
+
+impl RaftNetwork<TypeConfig> for PeerNetwork {
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        Err(unreachable())
+        match self.client.call(PeerRequest::AppendEntries(rpc), timeout(&option)).await.map_err(transport)? {
+            PeerResponse::AppendEntries(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            _ => Err(RPCError::Network(NetworkError::new(&WrongAnswer))),
+        }
     }
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        Err(unreachable())
+        match self.client.call(PeerRequest::InstallSnapshot(rpc), timeout(&option)).await.map_err(transport)? {
+            PeerResponse::InstallSnapshot(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            _ => Err(RPCError::Network(NetworkError::new(&WrongAnswer))),
+        }
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<u64>,
-        _option: RPCOption,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        Err(unreachable())
+        match self.client.call(PeerRequest::Vote(rpc), timeout(&option)).await.map_err(transport)? {
+            PeerResponse::Vote(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            _ => Err(RPCError::Network(NetworkError::new(&WrongAnswer))),
+        }
     }
 }

@@ -28,6 +28,8 @@ struct Local {
 pub struct SessionTracker {
     /// std `Mutex`: short critical sections, never held across `.await`.
     sessions: Mutex<HashMap<i64, Local>>,
+    /// Sessions heard from since the last touch batch went to the leader.
+    touched: Mutex<std::collections::HashSet<i64>>,
     counter: AtomicI64,
     server_id: u64,
 }
@@ -39,7 +41,12 @@ impl SessionTracker {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         // SessionTrackerImpl.initializeNextSessionId: time in the middle bits, server id on top.
         let base = ((millis << 24) as u64 >> 8) as i64 | ((server_id as i64) << 56);
-        SessionTracker { sessions: Mutex::new(HashMap::new()), counter: AtomicI64::new(base), server_id }
+        SessionTracker {
+            sessions: Mutex::new(HashMap::new()),
+            touched: Mutex::new(std::collections::HashSet::new()),
+            counter: AtomicI64::new(base),
+            server_id,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Local>> {
@@ -88,10 +95,30 @@ impl SessionTracker {
         }
     }
 
-    /// Any packet from the session's client.
+    /// Any packet from the session's client (or a follower's touch batch).
     pub fn touch(&self, session: i64) {
         if let Some(l) = self.lock().get_mut(&session) {
             l.deadline = Instant::now() + l.timeout;
+        }
+        self.touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(session);
+    }
+
+    /// Sessions heard from since the last call, plus every session connected here (a follower
+    /// sends these to the leader, which alone expires sessions).
+    pub fn take_touched(&self) -> Vec<i64> {
+        let mut out: std::collections::HashSet<i64> =
+            std::mem::take(&mut *self.touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        out.extend(self.lock().iter().filter(|(_, l)| l.owner.is_some()).map(|(id, _)| *id));
+        out.into_iter().collect()
+    }
+
+    /// A new leader gives every session a fresh timeout before expiring any (the failover
+    /// grace period), since it cannot know when followers last heard from them.
+    pub fn grace_all(&self) {
+        let now = Instant::now();
+        for l in self.lock().values_mut() {
+            l.deadline = now + l.timeout;
+            l.closing = false;
         }
     }
 

@@ -1,0 +1,311 @@
+//! The peer port: Raft RPCs, writes forwarded from followers, session touches and read-index
+//! requests between ensemble members. Counterpart of ZooKeeper's quorum port (Learner/Leader
+//! messages), over our own protocol.
+//!
+//! # Wire format
+//! Length-delimited frames (4-byte big-endian length, tokio-util) each holding a postcard
+//! [`Envelope`]: a protocol version, a request id, and a [`PeerRequest`] or [`PeerResponse`].
+//! Requests on one connection may be answered out of order (matched by id), except forwarded
+//! writes, which the receiver submits to Raft in the order they arrived so a session's writes
+//! keep their order. A version other than [`PROTOCOL_VERSION`] closes the connection.
+//!
+//! This module calls the Raft handle and the dispatcher; it never touches the tree.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::SinkExt;
+use futures::StreamExt;
+use openraft::error::InstallSnapshotError;
+use openraft::error::RaftError;
+use openraft::raft::AppendEntriesRequest;
+use openraft::raft::AppendEntriesResponse;
+use openraft::raft::InstallSnapshotRequest;
+use openraft::raft::InstallSnapshotResponse;
+use openraft::raft::VoteRequest;
+use openraft::raft::VoteResponse;
+use serde::Deserialize;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::sync::oneshot;
+use tokio_util::codec::FramedRead;
+use tokio_util::codec::FramedWrite;
+use tokio_util::codec::LengthDelimitedCodec;
+
+use crate::raft::TypeConfig;
+use crate::txn::TxnBatch;
+use crate::txn::TxnResult;
+
+/// Bumped on any incompatible change to the messages.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Largest peer frame (snapshot chunks and batches are far smaller).
+const MAX_FRAME: usize = 256 << 20;
+
+/// A request from one member to another.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<u64>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A follower's batch of client writes, for the leader to commit.
+    Forward(TxnBatch),
+    /// Asks the leader for a linearizable read point: its last applied zxid after confirming
+    /// leadership with a quorum.
+    ReadIndex,
+    /// Sessions heard from at a follower since its last touch batch.
+    Touch(Vec<i64>),
+}
+
+/// The answer to a [`PeerRequest`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerResponse {
+    AppendEntries(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
+    Vote(Result<VoteResponse<u64>, RaftError<u64>>),
+    InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    Forward(Result<Vec<TxnResult>, String>),
+    ReadIndex(Result<i64, String>),
+    Touch,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Envelope<T> {
+    version: u16,
+    id: u64,
+    body: T,
+}
+
+/// Why a peer call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PeerError {
+    #[error("cannot connect to {0}: {1}")]
+    Connect(String, String),
+    #[error("connection to {0} lost")]
+    Lost(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("bad message: {0}")]
+    Codec(String),
+}
+
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder().max_frame_length(MAX_FRAME).new_codec()
+}
+
+type Pending = oneshot::Sender<Result<PeerResponse, PeerError>>;
+type Outbox = mpsc::Sender<(PeerRequest, Pending)>;
+
+/// A multiplexed client to one peer; reconnects on demand.
+#[derive(Clone)]
+pub struct PeerClient {
+    addr: String,
+    /// The live connection's outbox; std `Mutex`, held only to swap it.
+    tx: Arc<Mutex<Option<Outbox>>>,
+}
+
+impl PeerClient {
+    /// A client for the peer at `addr` (`host:peerPort`).
+    pub fn new(addr: String) -> PeerClient {
+        PeerClient { addr, tx: Arc::new(Mutex::new(None)) }
+    }
+
+    async fn sender(&self) -> Result<Outbox, PeerError> {
+        if let Some(tx) = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+            if !tx.is_closed() {
+                return Ok(tx.clone());
+            }
+        }
+        let stream = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| PeerError::Connect(self.addr.clone(), "timed out".into()))?
+            .map_err(|e| PeerError::Connect(self.addr.clone(), e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(client_connection(self.addr.clone(), stream, rx));
+        *self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx.clone());
+        Ok(tx)
+    }
+
+    /// Queues a request on the connection (requests leave in the order `start` is called) and
+    /// returns a future for its answer.
+    pub async fn start(
+        &self,
+        req: PeerRequest,
+        timeout: Duration,
+    ) -> Result<impl std::future::Future<Output = Result<PeerResponse, PeerError>> + Send + 'static, PeerError> {
+        let tx = self.sender().await?;
+        let (done, wait) = oneshot::channel();
+        tx.send((req, done)).await.map_err(|_| PeerError::Lost(self.addr.clone()))?;
+        let addr = self.addr.clone();
+        Ok(async move {
+            match tokio::time::timeout(timeout, wait).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(PeerError::Lost(addr)),
+                Err(_) => Err(PeerError::Timeout(timeout)),
+            }
+        })
+    }
+
+    /// Sends a request and waits for its answer.
+    pub async fn call(&self, req: PeerRequest, timeout: Duration) -> Result<PeerResponse, PeerError> {
+        self.start(req, timeout).await?.await
+    }
+}
+
+async fn client_connection(addr: String, stream: TcpStream, mut rx: mpsc::Receiver<(PeerRequest, Pending)>) {
+    let (r, w) = stream.into_split();
+    let mut reader = FramedRead::new(r, codec());
+    let mut writer = FramedWrite::new(w, codec());
+    let mut pending: HashMap<u64, Pending> = HashMap::new();
+    let mut next_id = 0u64;
+    loop {
+        tokio::select! {
+            msg = rx.recv() => {
+                let Some((body, done)) = msg else { break };
+                next_id += 1;
+                let frame = match postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id: next_id, body }) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let _ = done.send(Err(PeerError::Codec(e.to_string())));
+                        continue;
+                    }
+                };
+                pending.insert(next_id, done);
+                if writer.send(Bytes::from(frame)).await.is_err() {
+                    break;
+                }
+            }
+            frame = reader.next() => {
+                let Some(Ok(frame)) = frame else { break };
+                match postcard::from_bytes::<Envelope<PeerResponse>>(&frame) {
+                    Ok(env) if env.version == PROTOCOL_VERSION => {
+                        if let Some(done) = pending.remove(&env.id) {
+                            let _ = done.send(Ok(env.body));
+                        }
+                    }
+                    Ok(env) => {
+                        tracing::warn!(%addr, version = env.version, "peer speaks another protocol version");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%addr, error = %e, "undecodable peer response");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    for (_, done) in pending {
+        let _ = done.send(Err(PeerError::Lost(addr.clone())));
+    }
+}
+
+/// What the peer server needs to answer requests.
+pub trait PeerHandler: Send + Sync + 'static {
+    /// Raft RPCs.
+    fn raft(&self) -> &crate::raft::Raft;
+    /// Queues a forwarded batch for proposal (the outer future: returns once queued, so
+    /// batches keep their arrival order) and returns a future for the results.
+    #[allow(clippy::type_complexity)]
+    fn forward(
+        &self,
+        batch: TxnBatch,
+    ) -> futures::future::BoxFuture<'static, futures::future::BoxFuture<'static, Result<Vec<TxnResult>, String>>>;
+    /// The leader's linearizable read point.
+    fn read_index(&self) -> futures::future::BoxFuture<'static, Result<i64, String>>;
+    /// Sessions heard from at a follower.
+    fn touch(&self, sessions: &[i64]);
+}
+
+/// Accepts peer connections until `stop` fires.
+pub async fn serve<H: PeerHandler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, peer)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let h = handler.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server_connection(stream, h).await {
+                tracing::debug!(%peer, error = %e, "peer connection ended");
+            }
+        });
+    }
+}
+
+async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Result<(), PeerError> {
+    let (r, w) = stream.into_split();
+    let mut reader = FramedRead::new(r, codec());
+    let mut writer = FramedWrite::new(w, codec());
+    let (out_tx, mut out_rx) = mpsc::channel::<(u64, PeerResponse)>(1024);
+    let writer_task = tokio::spawn(async move {
+        while let Some((id, body)) = out_rx.recv().await {
+            let Ok(frame) = postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id, body }) else { continue };
+            if writer.send(Bytes::from(frame)).await.is_err() {
+                break;
+            }
+        }
+    });
+    while let Some(frame) = reader.next().await {
+        let frame = frame.map_err(|e| PeerError::Codec(e.to_string()))?;
+        let env: Envelope<PeerRequest> = postcard::from_bytes(&frame).map_err(|e| PeerError::Codec(e.to_string()))?;
+        if env.version != PROTOCOL_VERSION {
+            return Err(PeerError::Codec(format!("protocol version {}", env.version)));
+        }
+        let id = env.id;
+        let out = out_tx.clone();
+        match env.body {
+            // Submitted here, in arrival order; only the wait is concurrent.
+            PeerRequest::Forward(batch) => {
+                let fut = h.forward(batch).await;
+                tokio::spawn(async move {
+                    let _ = out.send((id, PeerResponse::Forward(fut.await))).await;
+                });
+            }
+            PeerRequest::Touch(sessions) => {
+                h.touch(&sessions);
+                let _ = out.send((id, PeerResponse::Touch)).await;
+            }
+            PeerRequest::ReadIndex => {
+                let fut = h.read_index();
+                tokio::spawn(async move {
+                    let _ = out.send((id, PeerResponse::ReadIndex(fut.await))).await;
+                });
+            }
+            PeerRequest::AppendEntries(rpc) => {
+                let raft = h.raft().clone();
+                tokio::spawn(async move {
+                    let _ = out.send((id, PeerResponse::AppendEntries(raft.append_entries(rpc).await))).await;
+                });
+            }
+            PeerRequest::Vote(rpc) => {
+                let raft = h.raft().clone();
+                tokio::spawn(async move {
+                    let _ = out.send((id, PeerResponse::Vote(raft.vote(rpc).await))).await;
+                });
+            }
+            PeerRequest::InstallSnapshot(rpc) => {
+                let raft = h.raft().clone();
+                tokio::spawn(async move {
+                    let _ = out.send((id, PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await))).await;
+                });
+            }
+        }
+    }
+    drop(out_tx);
+    let _ = writer_task.await;
+    Ok(())
+}
