@@ -763,6 +763,7 @@ def python_watch(port: int, watchers: int, setup_timeout: float = 240.0, event_t
         result["watchers"] = ready
         result["setup_failures"] = failed
         # Fire.
+        c0 = time.process_time()
         t0 = time.monotonic()
         admin.xid += 1
         admin.sock.sendall(
@@ -774,6 +775,9 @@ def python_watch(port: int, watchers: int, setup_timeout: float = 240.0, event_t
         events = count[3]
         result["events"] = events
         result["last_event_ms"] = (last[0] - t0) * 1000.0 if events else None
+        # CPU this (single-threaded) client spent until the last event: close to last_event_ms
+        # means the client, not the server, was the bottleneck.
+        result["client_cpu_ms"] = (time.process_time() - c0) * 1000.0
         if events < ready:
             result["note"] = f"only {events} of {ready} events within {event_timeout:.0f}s"
     finally:
@@ -1297,12 +1301,14 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
             L.append("Client: compare.py's single-threaded raw-jute epoll client (`--watch-tool python`; "
                      "its per-event Python overhead is included in the time, equally for both servers).")
         L.append("")
-        L.append("| server | watchers registered per round | events per round | last_event_ms per round | median |")
-        L.append("|---|---|---|---|---:|")
+        L.append("| server | watchers registered per round | events per round | last_event_ms per round | median | "
+                 "client CPU ms per round |")
+        L.append("|---|---|---|---|---:|---|")
         for kind in KINDS:
             runs = w["runs"][kind]
             L.append(f"| {LABEL[kind]} | {raw_list(runs, 'watchers')} | {raw_list(runs, 'events')} | "
-                     f"{raw_list(runs, 'last_event_ms')} | {fmt_num(median_of(runs, 'last_event_ms'))} |")
+                     f"{raw_list(runs, 'last_event_ms')} | {fmt_num(median_of(runs, 'last_event_ms'))} | "
+                     f"{raw_list(runs, 'client_cpu_ms')} |")
         s = stats3(paired_ratios(w["runs"]["zookeeper"], w["runs"]["warden"], "last_event_ms"))
         L.append("")
         L.append(f"Warden/ZooKeeper last-event time, min / median / max: {fmt_stats3(s, 2)}")

@@ -51,6 +51,9 @@ use crate::tree::acl::AuthId;
 use crate::txn::TxnOp;
 use crate::watch::Event;
 
+/// How long shutdown waits for connections to finish their in-flight requests.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a fresh connection may take to send its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -90,13 +93,26 @@ impl PerAddress {
 }
 
 /// Accepts client connections until `shutdown` fires.
+/// On shutdown, stops accepting, lets every connection finish the requests it already read
+/// (waiting at most [`DRAIN_TIMEOUT`]), then returns.
 pub async fn listen(listener: TcpListener, dispatcher: Dispatcher, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let limits = Arc::new(PerAddress::default());
     let next_conn = Arc::new(AtomicU64::new(1));
+    let tracker = tokio_util::task::TaskTracker::new();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => {
+                drop(listener);
+                tracker.close();
+                tracing::info!(connections = tracker.len(), "client port closed; finishing in-flight requests");
+                if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait()).await.is_err() {
+                    tracing::warn!(connections = tracker.len(), "connections still busy after the drain timeout");
+                } else {
+                    tracing::info!("all client connections drained");
+                }
+                return;
+            }
         };
         let (stream, peer) = match accepted {
             Ok(x) => x,
@@ -110,7 +126,8 @@ pub async fn listen(listener: TcpListener, dispatcher: Dispatcher, mut shutdown:
         let d = dispatcher.clone();
         let limits = limits.clone();
         let conn_id = next_conn.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
+        let stop = shutdown.clone();
+        tracker.spawn(async move {
             metrics::counter!(stats::names::CONNECTION_REQUESTS).increment(1);
 
             let Some(_slot) = limits.take(peer.ip(), d.config.max_client_cnxns) else {
@@ -120,7 +137,7 @@ pub async fn listen(listener: TcpListener, dispatcher: Dispatcher, mut shutdown:
             };
             let _ = stream.set_nodelay(true);
             let cs = d.stats.open(conn_id, peer);
-            serve(stream, peer, d.clone(), conn_id, &cs).await;
+            serve(stream, peer, d.clone(), conn_id, &cs, stop).await;
             d.stats.close(conn_id);
         });
     }
@@ -164,7 +181,14 @@ fn notification(e: Event) -> ServerMessage {
 }
 
 /// One client connection.
-async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64, cs: &stats::ConnStats) {
+async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    d: Dispatcher,
+    conn_id: u64,
+    cs: &stats::ConnStats,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let max = d.config.max_buffer;
     let (rd, wr) = stream.into_split();
     let mut reader = FramedRead::new(rd, ServerCodec::new(max));
@@ -280,7 +304,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                     header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
                     response: reply.response,
                 };
-                if writer.send(msg).await.is_err() || close {
+                if writer.send(msg).await.is_err() || close || (!reading && jobs.is_empty()) {
                     break;
                 }
             }
@@ -297,6 +321,13 @@ async fn serve(stream: TcpStream, peer: SocketAddr, d: Dispatcher, conn_id: u64,
                 }
             }
             _ = &mut close_rx => break,
+            Ok(()) = stop.changed(), if reading => {
+                // Shutdown: read no more requests; answer those already read, then close.
+                reading = false;
+                if jobs.is_empty() {
+                    break;
+                }
+            }
             Ok(()) = serving.changed() => {
                 if !*serving.borrow() {
                     tracing::info!(%peer, "no quorum: closing the connection so the client moves on");
