@@ -186,6 +186,20 @@ async fn watch_quorum(
             _ = stop.changed() => return,
         }
         let m = d.raft.metrics().borrow().clone();
+        if m.current_leader == Some(d.config.server_id) {
+            // Observers (`:observer` in server.N) are Raft learners: they replicate and serve
+            // reads but do not vote. The leader adds any that are missing.
+            let membership = m.membership_config.membership().clone();
+            for (sid, s) in d.config.servers.iter().filter(|(_, s)| s.observer) {
+                if membership.get_node(sid).is_none() {
+                    let node = openraft::BasicNode { addr: s.peer_addr() };
+                    match d.raft.add_learner(*sid, node, false).await {
+                        Ok(_) => tracing::info!(observer = sid, "observer added as a Raft learner"),
+                        Err(e) => tracing::warn!(observer = sid, error = %e, "adding observer failed"),
+                    }
+                }
+            }
+        }
         let ok = match m.current_leader {
             None => false,
             Some(l) if l == d.config.server_id => m.millis_since_quorum_ack.is_some_and(|ms| ms < limit),

@@ -4,7 +4,8 @@
 //!
 //! Workloads: `create`, `set`, `get`, `mixed` (`--read-ratio`), `multi` (a create and a
 //! setData per multi), `sessions` (open `--clients` sessions, ping them, report how many held),
-//! `watch` (`--clients` sessions watch one node; time from setData to the last event).
+//! `watch` (`--clients` sessions watch one node; time from setData to the last event),
+//! `probe` (time until a create succeeds on any server: run it right after killing a leader).
 
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
@@ -36,6 +37,9 @@ enum Workload {
     Multi,
     Sessions,
     Watch,
+    /// Failover probe: from start, retry one create on every server until one succeeds;
+    /// prints the time to the first successful write.
+    Probe,
 }
 
 /// A pipelined load generator for ZooKeeper-compatible servers.
@@ -222,7 +226,7 @@ async fn client(
                     version: -1,
                 }),
             ]),
-            Workload::Sessions | Workload::Watch => Request::Ping,
+            Workload::Sessions | Workload::Watch | Workload::Probe => Request::Ping,
         }
     };
     for _ in 0..args.inflight {
@@ -401,7 +405,37 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Tries a create on each server in turn until one succeeds (or `--duration` passes).
+async fn probe(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
+    let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs_f64(args.duration);
+    let mut attempts = 0u64;
+    while Instant::now() < deadline {
+        for addr in &servers {
+            attempts += 1;
+            let attempt = async {
+                let (mut c, _) = connect(addr, args.session_timeout).await?;
+                let mut xid = 0;
+                let path = format!("/warden-probe-{}-{attempts}", std::process::id());
+                call(&mut c, &mut xid, create_req(path, Bytes::new())).await
+            };
+            if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(500), attempt).await {
+                return Ok(serde_json::json!({
+                    "workload": "probe", "server": addr, "attempts": attempts,
+                    "first_write_ms": t0.elapsed().as_secs_f64() * 1000.0,
+                }));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(BenchError::Protocol(format!("no write succeeded within {} s", args.duration)))
+}
+
 async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
+    if args.workload == Workload::Probe {
+        return probe(args).await;
+    }
     let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
     let root = format!("/warden-bench-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos());
     {
