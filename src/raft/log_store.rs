@@ -41,6 +41,9 @@ use super::TypeConfig;
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
+/// redb page cache for the log.
+const LOG_CACHE_BYTES: usize = 32 << 20;
+
 /// Version of the on-disk format written in `meta["format"]`.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -81,7 +84,12 @@ impl LogStore {
     /// Opens (or creates) the log at `path`.
     pub fn open(path: &Path) -> Result<LogStore, OpenError> {
         let p = path.display().to_string();
-        let db = redb::Database::create(path).map_err(|source| OpenError::Open { path: p.clone(), source })?;
+        // redb caches up to 1 GiB of pages by default; the log is written once and read back
+        // only by lagging followers, so a small cache keeps RSS down without costing writes.
+        let db = redb::Database::builder()
+            .set_cache_size(LOG_CACHE_BYTES)
+            .create(path)
+            .map_err(|source| OpenError::Open { path: p.clone(), source })?;
         let init = || -> Result<Option<u32>, redb::Error> {
             let txn = db.begin_write()?;
             let found = {

@@ -12,7 +12,10 @@ pub mod acl;
 pub mod path;
 
 use bytes::Bytes;
-use imbl::HashMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use imbl::OrdMap as HashMap;
 use imbl::OrdSet;
 use jute::CreateMode;
 use jute::EventType;
@@ -94,17 +97,51 @@ fn kind_of(owner: i64) -> NodeKind {
     }
 }
 
+/// A node's ACL, shared: most nodes have their parent's ACL, so they share one allocation.
+pub type SharedAcl = Arc<Vec<AclEntry>>;
+
+/// A node's child names. Leaves (most nodes) hold nothing; a parent's set is shared with
+/// snapshots and copied on its first change after one (`Arc::make_mut`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Children(Option<Arc<BTreeSet<Box<str>>>>);
+
+impl Children {
+    /// Number of children.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |c| c.len())
+    }
+    /// True for a leaf.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Child names in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().flat_map(|c| c.iter().map(|b| &**b))
+    }
+    fn insert(&mut self, name: &str) {
+        Arc::make_mut(self.0.get_or_insert_with(Default::default)).insert(name.into());
+    }
+    fn remove(&mut self, name: &str) {
+        if let Some(set) = self.0.as_mut() {
+            Arc::make_mut(set).remove(name);
+            if set.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+}
+
 /// One znode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     pub data: Option<Bytes>,
-    pub acl: Vec<AclEntry>,
+    pub acl: SharedAcl,
     pub stat: StatPersisted,
-    pub children: OrdSet<String>,
+    pub children: Children,
 }
 
 impl Node {
-    fn new(data: Option<Bytes>, acl: Vec<AclEntry>, zxid: i64, time: i64, owner: i64) -> Node {
+    fn new(data: Option<Bytes>, acl: SharedAcl, zxid: i64, time: i64, owner: i64) -> Node {
         Node {
             data,
             acl,
@@ -119,7 +156,7 @@ impl Node {
                 ephemeral_owner: owner,
                 pzxid: zxid,
             },
-            children: OrdSet::new(),
+            children: Children::default(),
         }
     }
 
@@ -168,7 +205,7 @@ pub struct SessionEntry {
 pub struct Change {
     pub event: EventType,
     pub path: String,
-    pub acl: Vec<AclEntry>,
+    pub acl: SharedAcl,
 }
 
 /// `checkAndIncVersion`: `-1` matches anything; the increment wraps past `i32::MAX` to 0
@@ -216,16 +253,16 @@ impl DataTree {
             // ZooKeeper's approximate data size counts the root's "/" alias (1 byte).
             data_size: 1,
         };
-        t.nodes.insert("/".into(), Node::new(Some(Bytes::new()), AclEntry::open(), 0, 0, 0));
+        t.nodes.insert("/".into(), Node::new(Some(Bytes::new()), Arc::new(AclEntry::open()), 0, 0, 0));
         for (path, acl, data) in [
             ("/zookeeper", AclEntry::open(), Some(Bytes::new())),
             ("/zookeeper/quota", AclEntry::open(), Some(Bytes::new())),
             ("/zookeeper/config", AclEntry::read_only(), Some(Bytes::new())),
         ] {
             let parent = path::parent(path).expect("special paths have parents").to_owned();
-            t.nodes.insert(path.into(), Node::new(data, acl, 0, 0, 0));
+            t.nodes.insert(path.into(), Node::new(data, Arc::new(acl), 0, 0, 0));
             if let Some(p) = t.nodes.get_mut(&parent) {
-                p.children.insert(path::name(path).into());
+                p.children.insert(path::name(path));
             }
             t.data_size += path.len() as i64;
         }
@@ -321,14 +358,14 @@ impl DataTree {
     /// `getChildren`/`getChildren2`: children in name order, and the parent's Stat.
     pub fn get_children(&self, path: &str, ids: &[AuthId]) -> Result<(Vec<String>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ, ids)?;
-        Ok((node.children.iter().cloned().collect(), node.stat()))
+        Ok((node.children.iter().map(str::to_owned).collect(), node.stat()))
     }
 
     /// `getACL`: needs READ or ADMIN; without ADMIN, digest ids are shown as `user:x`
     /// (ZooKeeper 3.8's `FinalRequestProcessor`, getACL case).
     pub fn get_acl(&self, path: &str, ids: &[AuthId]) -> Result<(Vec<AclEntry>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ | jute::perms::ADMIN, ids)?;
-        let mut acl = node.acl.clone();
+        let mut acl = (*node.acl).clone();
         if !acl::allowed(&node.acl, jute::perms::ADMIN, ids) {
             for a in acl.iter_mut().filter(|a| a.id.scheme == "digest") {
                 let user = a.id.id.split(':').next().unwrap_or("").to_owned();
@@ -345,7 +382,7 @@ impl DataTree {
         let mut stack = vec![Self::read_key(path).to_owned()];
         while let Some(p) = stack.pop() {
             if let Some(n) = self.nodes.get(&p) {
-                for c in &n.children {
+                for c in n.children.iter() {
                     count += 1;
                     stack.push(path::join(&p, c));
                 }
@@ -465,7 +502,7 @@ impl DataTree {
                 }
                 let new_version = check_version(node.stat.aversion, *version)?;
                 let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
-                node.acl = fixed;
+                node.acl = Arc::new(fixed);
                 node.stat.aversion = new_version;
                 Ok(TxnOutput::Stat(node.stat()))
             }
@@ -522,13 +559,15 @@ impl DataTree {
             return Err(TreeError::SessionExpired);
         }
         let owner = owner_for(mode, txn.session_id, op.ttl);
-        let node = Node::new(op.data.clone(), fixed_acl, zxid, txn.time_ms, owner);
+        // Share the parent's ACL allocation when it is the same list (the common case).
+        let shared_acl = if *parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
+        let node = Node::new(op.data.clone(), shared_acl, zxid, txn.time_ms, owner);
         let stat = node.stat();
         let name = path::name(&path).to_owned();
         let node_acl = node.acl.clone();
         let parent = self.nodes.get_mut(parent_path).ok_or(TreeError::NoNode)?;
         let parent_acl = parent.acl.clone();
-        parent.children.insert(name);
+        parent.children.insert(&name);
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
         parent.stat.pzxid = zxid;
         self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;
@@ -593,7 +632,7 @@ impl DataTree {
             NodeKind::Normal => {}
         }
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
-        let mut parent_acl = Vec::new();
+        let mut parent_acl = SharedAcl::default();
         if let Some(parent) = self.nodes.get_mut(&parent_path) {
             parent_acl = parent.acl.clone();
             parent.children.remove(path::name(path));

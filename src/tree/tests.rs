@@ -68,6 +68,9 @@ fn session_close_removes_ephemerals() {
     assert_eq!(t.apply(3, &txn(7, create("/e/c", 0))).0, Err(TreeError::NoChildrenForEphemerals));
     assert_eq!(t.ephemerals(7, "/"), vec!["/e".to_string()]);
     let (_, changes) = t.apply(4, &txn(0, TxnOp::CloseSession { session_id: 7 }));
-    assert_eq!(changes[0], Change { event: EventType::NodeDeleted, path: "/e".into(), acl: AclEntry::open() });
+    assert_eq!(
+        changes[0],
+        Change { event: EventType::NodeDeleted, path: "/e".into(), acl: Arc::new(AclEntry::open()) }
+    );
     assert_eq!(t.exists("/e"), Err(TreeError::NoNode));
 }
