@@ -618,6 +618,8 @@ def _load_range(port: int, indices: range, bucket: int, value: bytes, window: in
         t.join(timeout=30)
     except BaseException as e:  # noqa: BLE001
         out.setdefault("failures", []).append(repr(e))
+        for _ in range(window):  # unblock the sender so its thread ends (its sendall then fails)
+            sem.release()
     finally:
         out["ok"] = out.get("ok", 0) + ok
         for k, v in errors.items():

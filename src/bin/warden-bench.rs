@@ -335,6 +335,8 @@ async fn watch(args: Arc<Args>, root: String) -> Result<serde_json::Value, Bench
                 return;
             }
             let _ = ready_tx.send(()).await;
+            // Let the coordinator see "all ready" without waiting for this task's event.
+            drop(ready_tx);
             while let Some(Ok(m)) = conn.next().await {
                 if let ServerIncoming::Reply { header, .. } = m {
                     if header.xid == -1 {
