@@ -21,6 +21,23 @@ use crate::txn::Txn;
 use crate::txn::TxnOp;
 use crate::watch::WatchManager;
 
+/// What applying a txn does on this server besides changing the tree: watch events for its
+/// connections, and closing the connection of a session closed through the log.
+struct LocalEffects {
+    watches: Arc<WatchManager>,
+    sessions: Arc<SessionTracker>,
+}
+
+impl crate::raft::state_machine::ApplyHook for LocalEffects {
+    fn applied(&self, zxid: i64, _session_id: i64, changes: &[crate::tree::Change]) {
+        self.watches.trigger(zxid, changes);
+    }
+
+    fn session_closed(&self, session_id: i64) {
+        self.sessions.remove(session_id);
+    }
+}
+
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -52,7 +69,9 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let (applied, _) = tokio::sync::watch::channel(0i64);
     let shared = Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied });
     let watches = Arc::new(WatchManager::default());
-    let sm = StateMachine::open(&config.data_dir.join("snapshots"), shared.clone(), watches.clone())
+    let sessions = Arc::new(SessionTracker::new(config.server_id));
+    let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
+    let sm = StateMachine::open(&config.data_dir.join("snapshots"), shared.clone(), effects)
         .map_err(ServerError::StateMachine)?;
 
     // Raft timing: a heartbeat every tick/20 (100 ms at tickTime 2000) and elections after 2-4
@@ -102,7 +121,6 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (serving_tx, serving_rx) = tokio::sync::watch::channel(standalone);
-    let sessions = Arc::new(SessionTracker::new(id));
     let stats = Arc::new(crate::client::stats::ServerStats::default());
     let dispatcher = Dispatcher {
         raft: raft.clone(),

@@ -320,7 +320,10 @@ async fn serve(
                     break;
                 }
             }
-            _ = &mut close_rx => break,
+            // Closed from elsewhere: a newer connection took the session over, or the session
+            // was closed or expired through the log. Not while answering this connection's own
+            // closeSession (reading is off then), whose reply must still go out.
+            _ = &mut close_rx, if reading => break,
             Ok(()) = stop.changed(), if reading => {
                 // Shutdown: read no more requests; answer those already read, then close.
                 reading = false;

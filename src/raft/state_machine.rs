@@ -39,6 +39,9 @@ use crate::txn::TxnResult;
 /// Called for every applied entry with its zxid and changes, under the tree's write lock.
 pub trait ApplyHook: Send + Sync + 'static {
     fn applied(&self, zxid: i64, session_id: i64, changes: &[Change]);
+    /// A session was closed or expired through the log: the server holding its connection
+    /// closes it (ZooKeeper closes the connection of a closed session on every server).
+    fn session_closed(&self, _session_id: i64) {}
 }
 
 /// The tree shared between the state machine (writer) and client reads.
@@ -212,6 +215,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             let zxid = next_zxid(&tree);
                             let (outcome, changes) = tree.apply(zxid, txn);
                             self.hook.applied(zxid, txn.session_id, &changes);
+                            if let (crate::txn::TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
+                                self.hook.session_closed(*session_id);
+                            }
                             results.push(TxnResult { zxid, outcome });
                         }
                         out.push(results);

@@ -103,13 +103,13 @@ impl SessionTracker {
         self.touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(session);
     }
 
-    /// Sessions heard from since the last call, plus every session connected here (a follower
-    /// sends these to the leader, which alone expires sessions).
+    /// Sessions heard from (any packet, pings included) since the last call. A follower sends
+    /// these to the leader, which alone expires sessions; a connected but silent client is not
+    /// in the list, so its session expires as in ZooKeeper.
     pub fn take_touched(&self) -> Vec<i64> {
-        let mut out: std::collections::HashSet<i64> =
-            std::mem::take(&mut *self.touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        out.extend(self.lock().iter().filter(|(_, l)| l.owner.is_some()).map(|(id, _)| *id));
-        out.into_iter().collect()
+        std::mem::take(&mut *self.touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+            .into_iter()
+            .collect()
     }
 
     /// A new leader gives every session a fresh timeout before expiring any (the failover
