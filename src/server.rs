@@ -198,12 +198,18 @@ async fn watch_quorum(
     }
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     let limit = d.raft.config().election_timeout_max * 2;
+    let mut last_term = 0u64;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
         let m = d.raft.metrics().borrow().clone();
+        if m.current_term > last_term {
+            // Each new term is an election this server took part in or learned of.
+            metrics::counter!("warden_raft_elections").increment(m.current_term - last_term);
+            last_term = m.current_term;
+        }
         if m.current_leader == Some(d.config.server_id) {
             // Observers (`:observer` in server.N) are Raft learners: they replicate and serve
             // reads but do not vote. The leader adds any that are missing.
@@ -306,6 +312,7 @@ async fn expire_sessions(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
                     Txn { session_id: 0, time_ms: now_ms(), auth: vec![], op: TxnOp::CloseSession { session_id } };
                 match d2.propose(txn).await {
                     Ok(_) => {
+                        metrics::counter!("warden_sessions_expired").increment(1);
                         tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
                         d2.sessions.remove(session_id);
                     }

@@ -41,6 +41,15 @@ pub fn refresh(d: &Dispatcher) {
     metrics::gauge!("warden_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
     metrics::gauge!("warden_raft_applied_index").set(m.last_applied.map_or(0.0, |l| l.index as f64));
     metrics::gauge!("warden_raft_snapshot_index").set(m.snapshot.map_or(0.0, |l| l.index as f64));
+    metrics::gauge!("warden_raft_is_leader").set(if m.current_leader == Some(m.id) { 1.0 } else { 0.0 });
+    // On the leader: how far each follower's matched log index trails the leader's last index.
+    if let Some(replication) = &m.replication {
+        let last = m.last_log_index.unwrap_or(0);
+        for (follower, matched) in replication {
+            let lag = last.saturating_sub(matched.map_or(0, |l| l.index));
+            metrics::gauge!("warden_raft_replication_lag_entries", "follower" => follower.to_string()).set(lag as f64);
+        }
+    }
 }
 
 async fn render(State((d, h)): State<(Dispatcher, PrometheusHandle)>) -> String {

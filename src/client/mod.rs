@@ -235,7 +235,10 @@ async fn serve(
         let caller = Caller { session_id: id, auth: vec![ip.clone()] };
         let txn = d.txn(&caller, TxnOp::CreateSession { session_id: id, timeout_ms: timeout, passwd: passwd.clone() });
         match d.propose(txn).await {
-            Ok(r) if r.outcome.is_ok() => (id, passwd),
+            Ok(r) if r.outcome.is_ok() => {
+                metrics::counter!("warden_sessions_created").increment(1);
+                (id, passwd)
+            }
             other => {
                 tracing::warn!(%peer, ?other, "session creation failed");
                 return;

@@ -41,6 +41,14 @@ use super::TypeConfig;
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
+/// Prometheus names of this module's metrics.
+pub mod names {
+    /// Time to commit (fsync) one appended batch of log entries.
+    pub const FSYNC_SECONDS: &str = "warden_raft_fsync_seconds";
+    /// Log entries per appended batch.
+    pub const APPEND_ENTRIES: &str = "warden_raft_append_entries";
+}
+
 /// redb page cache for the log.
 const LOG_CACHE_BYTES: usize = 32 << 20;
 
@@ -196,15 +204,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         // One write transaction, one fsync, for the whole batch (group commit).
+        let started = std::time::Instant::now();
+        let mut count = 0u64;
         let txn = self.db.begin_write().map_err(write_err)?;
         {
             let mut table = txn.open_table(LOGS).map_err(write_err)?;
             for entry in entries {
+                count += 1;
                 let bytes = encode(&entry)?;
                 table.insert(entry.log_id.index, bytes.as_slice()).map_err(write_err)?;
             }
         }
         let result = txn.commit();
+        metrics::histogram!(names::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::histogram!(names::APPEND_ENTRIES).record(count as f64);
         match result {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));

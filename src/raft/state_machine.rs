@@ -178,6 +178,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let started = std::time::Instant::now();
         let bytes = postcard::to_stdvec(&self.file).map_err(snap_err)?;
         write_snapshot(&self.dir, &self.file.last_applied, &bytes).map_err(snap_err)?;
+        metrics::gauge!("warden_raft_snapshot_build_seconds").set(started.elapsed().as_secs_f64());
+        metrics::gauge!("warden_raft_snapshot_bytes").set(bytes.len() as f64);
+        metrics::counter!("warden_raft_snapshots_built").increment(1);
         tracing::info!(
             index = self.file.last_applied.map_or(0, |l| l.index),
             bytes = bytes.len(),
