@@ -301,7 +301,9 @@ async fn expire_sessions(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
         }
         if !was_leader {
             // Failover grace: a new leader cannot know when followers last heard from sessions.
-            d.sessions.grace_all();
+            // Two ticks of slack, like the tick rounding of ZooKeeper's ExpiryQueue plus the
+            // time a client needs to give up on a frozen server and try the next one.
+            d.sessions.grace_all(Duration::from_millis(2 * u64::from(d.config.tick_time_ms)));
             was_leader = true;
         }
         let known: Vec<(i64, i32)> = d.shared.read().sessions().map(|(id, s)| (*id, s.timeout_ms)).collect();
@@ -310,7 +312,7 @@ async fn expire_sessions(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
             tokio::spawn(async move {
                 let txn =
                     Txn { session_id: 0, time_ms: now_ms(), auth: vec![], op: TxnOp::CloseSession { session_id } };
-                match d2.propose(txn).await {
+                match d2.propose_as_leader(txn).await {
                     Ok(_) => {
                         metrics::counter!("warden_sessions_expired").increment(1);
                         tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
@@ -344,7 +346,7 @@ async fn reap_containers(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
         };
         for path in candidates {
             let txn = Txn { session_id: 0, time_ms: now, auth: vec![], op: TxnOp::DeleteContainer { path } };
-            if let Err(e) = d.propose(txn).await {
+            if let Err(e) = d.propose_as_leader(txn).await {
                 tracing::warn!(error = %e, "container removal failed");
                 break;
             }

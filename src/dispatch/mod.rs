@@ -250,6 +250,17 @@ impl Dispatcher {
         }
     }
 
+    /// Proposes `txn` only if this server is the leader, never forwarding it: for decisions
+    /// only the leader may make (session expiry). A leader that was frozen and does not yet
+    /// know it was replaced cannot commit this, where forwarding would let its stale view win.
+    pub async fn propose_as_leader(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
+        let batch = crate::txn::TxnBatch { txns: vec![txn] };
+        match self.raft.client_write(batch).await {
+            Ok(resp) => resp.data.into_iter().next().ok_or_else(|| ProposeError::Raft("empty result".into())),
+            Err(e) => Err(ProposeError::Raft(e.to_string())),
+        }
+    }
+
     /// Propose: replicate `txn` and wait until it is applied here.
     pub async fn propose(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
         self.proposer.propose(txn).await

@@ -112,12 +112,13 @@ impl SessionTracker {
             .collect()
     }
 
-    /// A new leader gives every session a fresh timeout before expiring any (the failover
-    /// grace period), since it cannot know when followers last heard from them.
-    pub fn grace_all(&self) {
+    /// A new leader gives every session a fresh timeout plus `slack` before expiring any (the
+    /// failover grace period), since it cannot know when followers last heard from them and
+    /// their clients need time to notice the old leader is gone and reconnect elsewhere.
+    pub fn grace_all(&self, slack: Duration) {
         let now = Instant::now();
         for l in self.lock().values_mut() {
-            l.deadline = now + l.timeout;
+            l.deadline = now + l.timeout + slack;
             l.closing = false;
         }
     }
