@@ -12,4 +12,4 @@ CP="$HERE/build/classes:$JARS/curator-recipes.jar:$JARS/curator-framework.jar:$J
 LOG="${CURATOR_COMPAT_LOG:-error}"
 exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
   -Dorg.slf4j.simpleLogger.defaultLogLevel="$LOG" \
-  -cp "$CP" warden.compat.CuratorCompat "$@"
+  -cp "$CP" "${CURATOR_COMPAT_MAIN:-warden.compat.CuratorCompat}" "$@"
