@@ -114,7 +114,7 @@ pub struct Config {
     pub servers: std::collections::BTreeMap<u64, ServerEntry>,
     pub init_limit: u32,
     pub sync_limit: u32,
-    /// `raft.heartbeatMs` (Warden's own key); default tickTime / 20.
+    /// `raft.heartbeatMs` (Warden's own key); default tickTime / 80.
     pub raft_heartbeat_ms: Option<u64>,
     /// `raft.electionTimeoutMs` (Warden's own key); default 3 heartbeats.
     pub raft_election_timeout_ms: Option<u64>,

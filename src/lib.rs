@@ -18,6 +18,7 @@ pub mod admin;
 pub mod client;
 pub mod config;
 pub mod dispatch;
+pub mod failover;
 pub mod peer;
 pub mod raft;
 pub mod server;

@@ -74,11 +74,11 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let sm = StateMachine::open(&config.data_dir.join("snapshots"), shared.clone(), effects)
         .map_err(ServerError::StateMachine)?;
 
-    // Raft timing: a heartbeat every tick/20 (100 ms at tickTime 2000) and elections after 2-4
-    // heartbeats' silence, so a leader's death is noticed well under a second (ZooKeeper
-    // needs about 0.85 s on our machines). `raft.heartbeatMs`/`raft.electionTimeoutMs`
-    // override.
-    let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 20).clamp(20, 500));
+    // Raft timing: a heartbeat every tick/80 (25 ms at tickTime 2000); a follower campaigns
+    // after the leader lease (`election_timeout_max`, 6 heartbeats) plus a random 3-6
+    // heartbeats, i.e. 225-300 ms of silence, or right after the lease when the leader's
+    // process is gone (see `failover`). `raft.heartbeatMs`/`raft.electionTimeoutMs` override.
+    let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 80).clamp(10, 500));
     let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
     let raft_config = openraft::Config {
         cluster_name: "warden".into(),
@@ -131,6 +131,7 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         stats,
         proposer: crate::dispatch::propose::Proposer::start(raft.clone(), id, shared.clone()),
         serving: serving_rx,
+        leader_contact: Arc::new(crate::failover::LeaderContact::default()),
     };
 
     let mut tasks = Vec::new();
@@ -146,6 +147,12 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         tracing::info!(%bind, "peer port listening");
         tasks.push(tokio::spawn(crate::peer::serve(peer_listener, Arc::new(dispatcher.clone()), stop_rx.clone())));
         tasks.push(tokio::spawn(send_touches(dispatcher.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(crate::failover::run(
+            raft.clone(),
+            id,
+            dispatcher.leader_contact.clone(),
+            stop_rx.clone(),
+        )));
     }
     tasks.push(tokio::spawn(watch_quorum(dispatcher.clone(), serving_tx, stop_rx.clone())));
 

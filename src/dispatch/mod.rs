@@ -137,6 +137,8 @@ pub struct Dispatcher {
     /// False while this server cannot serve clients (no leader, or a leader without a quorum):
     /// connections close and new ones are refused, so clients move to another server.
     pub serving: tokio::sync::watch::Receiver<bool>,
+    /// The last AppendEntries received (see [`crate::failover`]).
+    pub leader_contact: Arc<crate::failover::LeaderContact>,
 }
 
 impl Dispatcher {
@@ -524,6 +526,10 @@ type Boxed<T> = futures::future::BoxFuture<'static, T>;
 impl crate::peer::PeerHandler for Dispatcher {
     fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    fn heard_from_leader(&self, leader: u64) {
+        self.leader_contact.heard(leader);
     }
 
     #[allow(clippy::async_yields_async)] // the outer future queues, the inner one waits

@@ -219,6 +219,8 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn read_index(&self) -> futures::future::BoxFuture<'static, Result<i64, String>>;
     /// Sessions heard from at a follower.
     fn touch(&self, sessions: &[i64]);
+    /// An AppendEntries (entries or a heartbeat) arrived from `leader`.
+    fn heard_from_leader(&self, _leader: u64) {}
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -286,6 +288,9 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
                 });
             }
             PeerRequest::AppendEntries(rpc) => {
+                if let Some(leader) = rpc.vote.leader_id().voted_for() {
+                    h.heard_from_leader(leader);
+                }
                 let raft = h.raft().clone();
                 tokio::spawn(async move {
                     let _ = out.send((id, PeerResponse::AppendEntries(raft.append_entries(rpc).await))).await;
