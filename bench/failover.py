@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,10 +36,13 @@ import ensemble  # noqa: E402  (needs the path above)
 BENCH = REPO / "target" / "release" / "warden-bench"
 
 
-def one_run(ens: ensemble.Ensemble) -> dict:
+def one_run(ens: ensemble.Ensemble, sig: str) -> dict:
     leader = ens.wait_stable(60)
     survivors = [ens.hostports[i] for i in range(ens.n) if i != leader]
-    ens.kill(leader)
+    if sig == "KILL":
+        ens.kill(leader)
+    else:  # SIGTERM: a graceful stop; the process exits by itself (waited for below)
+        os.kill(ens.pid(leader), signal.SIGTERM)
     out = subprocess.run(
         [str(BENCH), "--workload", "probe", "--servers", ",".join(survivors), "--duration", "30", "--json"],
         capture_output=True, text=True, timeout=60,
@@ -46,6 +50,9 @@ def one_run(ens: ensemble.Ensemble) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"probe failed: {out.stdout}\n{out.stderr}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
+    if sig != "KILL":
+        ens.members[leader].proc.wait(timeout=30)
+        ens._down.add(leader)
     ens.start(leader, wait=True, timeout=60)
     ens.wait_stable(60)
     time.sleep(1.0)  # let the rejoined member settle before the next kill
@@ -58,6 +65,8 @@ def main() -> int:
     ap.add_argument("--kinds", default="zookeeper,warden")
     ap.add_argument("--warden-cfg", nargs="*", default=[], help="extra zoo.cfg lines for Warden (key=value)")
     ap.add_argument("--json", help="write every sample here")
+    ap.add_argument("--signal", choices=["KILL", "TERM"], default="KILL",
+                    help="how the leader is stopped (TERM: graceful shutdown, leadership handover)")
     opts = ap.parse_args()
     if not BENCH.exists():
         print(f"{BENCH} missing: cargo build --release", file=sys.stderr)
@@ -71,9 +80,9 @@ def main() -> int:
             ensembles[k] = ensemble.Ensemble(3, kind=k, name=f"failover-{k}", extra_cfg=extra[k]).start()
         for run in range(opts.runs):
             for k in kinds:
-                r = one_run(ensembles[k])
+                r = one_run(ensembles[k], opts.signal)
                 samples[k].append(r)
-                print(f"run {run + 1} {k:9s} leader {r['leader']} killed -> first write after "
+                print(f"run {run + 1} {k:9s} leader {r['leader']} stopped ({opts.signal}) -> first write after "
                       f"{r['first_write_ms']:7.1f} ms ({r['attempts']} attempts)", flush=True)
     finally:
         for e in ensembles.values():
@@ -83,7 +92,7 @@ def main() -> int:
     for k in kinds:
         xs = [s["first_write_ms"] for s in samples[k]]
         med[k] = statistics.median(xs)
-        print(f"{k:9s} first write after leader kill -9: min {min(xs):.0f} ms, median {med[k]:.0f} ms, "
+        print(f"{k:9s} first write after the leader's SIG{opts.signal}: min {min(xs):.0f} ms, median {med[k]:.0f} ms, "
               f"max {max(xs):.0f} ms ({len(xs)} runs)")
     if "warden" in med and "zookeeper" in med:
         print(f"Warden/ZooKeeper (medians): {med['warden'] / med['zookeeper']:.2f}")

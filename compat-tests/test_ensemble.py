@@ -638,6 +638,41 @@ def test_ephemeral_survives_when_client_moves_to_another_member(ensemble3, clien
     assert obs.exists(path) is None, "closing the session did not delete its ephemeral"
 
 
+def test_leader_sigterm_hands_over_and_clients_keep_sessions(ensemble3, clients):
+    """SIGTERM to the leader: it exits cleanly, another member leads, its client moves with session and ephemeral."""
+    ens = ensemble3
+    leader = ens.leader()
+    c = clients(rotated(ens.hostports, leader))
+    assert connected_port(c) == ens.members[leader].port
+    states: list[str] = []
+    c.add_listener(lambda s: states.append(s))
+    path = uniq("ens-term")
+    c.create(path, b"mine", ephemeral=True)
+    sid = c.client_id[0]
+    t0 = time.monotonic()
+    ens.stop(leader)
+    if WARDEN:  # the JVM exits 143 on SIGTERM
+        assert ens.members[leader].proc.returncode == 0, f"exit code {ens.members[leader].proc.returncode} after SIGTERM"
+    new_leader = ens.wait_stable(30)
+    assert new_leader != leader
+    wait_until(lambda: c.state == KazooState.CONNECTED and connected_port(c) != ens.members[leader].port,
+               3 * SESSION_TIMEOUT, "the client to move to another member")
+    c.set(path, b"after")
+    print(f"SIGTERM -> new leader member {new_leader + 1}, client writing again after {time.monotonic() - t0:.2f}s")
+    assert c.client_id[0] == sid and KazooState.LOST not in states, f"session changed: {states}"
+    for i in range(3):
+        if i == leader:
+            continue
+        o = clients([ens.hostports[i]])
+        o.sync(path)
+        assert o.get(path)[0] == b"after"
+    if WARDEN:
+        log = open(ens.members[leader].log_path, errors="replace").read()
+        assert "handing leadership over" in log and "stopped" in log, log[-2000:]
+    ens.start(leader)
+    ens.wait_stable(30)
+
+
 @pytest.mark.parametrize("role", ["follower", "leader"])
 def test_ephemeral_vanishes_after_timeout_when_client_cannot_reconnect(ensemble3, clients, role):
     """The client's only member is killed: its ephemeral stays within the session timeout, then goes."""

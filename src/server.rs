@@ -61,18 +61,15 @@ fn now_ms() -> i64 {
 pub async fn run(config: Config) -> Result<(), ServerError> {
     let config = Arc::new(config);
     let metrics_handle = if config.metrics_enable { crate::admin::metrics::install() } else { None };
-    for dir in [&config.data_dir, &config.data_log_dir] {
-        std::fs::create_dir_all(dir)
-            .map_err(|source| ServerError::DataDir { path: dir.display().to_string(), source })?;
-    }
-    let log_store = LogStore::open(&config.data_log_dir.join("raft-log.redb"))?;
+    let layout = crate::raft::layout::DataLayout::new(&config.data_dir, &config.data_log_dir);
+    layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
+    let log_store = LogStore::open(&layout.log_file())?;
     let (applied, _) = tokio::sync::watch::channel(0i64);
     let shared = Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied });
     let watches = Arc::new(WatchManager::default());
     let sessions = Arc::new(SessionTracker::new(config.server_id));
     let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
-    let sm = StateMachine::open(&config.data_dir.join("snapshots"), shared.clone(), effects)
-        .map_err(ServerError::StateMachine)?;
+    let sm = StateMachine::open(&layout.snap_dir, shared.clone(), effects).map_err(ServerError::StateMachine)?;
 
     // Raft timing: a heartbeat every tick/80 (25 ms at tickTime 2000); a follower campaigns
     // after the leader lease (`election_timeout_max`, 6 heartbeats) plus a random 3-6
@@ -182,6 +179,16 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let _ = clients.await;
     for task in tasks {
         let _ = task.await;
+    }
+    if !standalone && raft.metrics().borrow().current_leader == Some(id) {
+        // openraft 0.9 has no leadership transfer, and voters refuse any candidate until the
+        // leader lease has passed since our last heartbeat. Stopping Raft with the peer port
+        // already closed is the hand-over signal: the lowest-numbered live voter sees the
+        // refusal and campaigns the moment the lease runs out (see `failover`).
+        tracing::info!(
+            lease_ms = raft.config().election_timeout_max,
+            "handing leadership over: heartbeats stop and the peer port is closed"
+        );
     }
     tracing::info!("stopping raft");
     let _ = raft.shutdown().await;
