@@ -37,6 +37,10 @@ enum Workload {
     Multi,
     Sessions,
     Watch,
+    /// Every client takes and releases one shared lock with ZooKeeper's recipe (an
+    /// ephemeral-sequential node; wait for the predecessor's deletion). One op is one
+    /// acquisition, timed from the create to holding the lock.
+    Lock,
     /// Failover probe: from start, retry one create on every server until one succeeds;
     /// prints the time to the first successful write.
     Probe,
@@ -111,16 +115,104 @@ async fn connect(addr: &str, timeout: i32) -> Result<(Conn, i64), BenchError> {
 
 /// Sends one request and waits for its reply (setup only).
 async fn call(conn: &mut Conn, xid: &mut i32, request: Request) -> Result<i32, BenchError> {
+    Ok(call_full(conn, xid, request, &mut Vec::new()).await?.0)
+}
+
+/// Sends one request and waits for its reply; notifications that arrive meanwhile go to
+/// `events`.
+async fn call_full(
+    conn: &mut Conn,
+    xid: &mut i32,
+    request: Request,
+    events: &mut Vec<jute::WatcherEvent>,
+) -> Result<(i32, jute::Response), BenchError> {
     *xid += 1;
     conn.send(ClientOutgoing::Request { xid: *xid, request }).await?;
     loop {
         match conn.next().await {
-            Some(Ok(ServerIncoming::Reply { header, .. })) if header.xid == *xid => return Ok(header.err),
+            Some(Ok(ServerIncoming::Reply { header, response })) if header.xid == *xid => {
+                return Ok((header.err, response))
+            }
+            Some(Ok(ServerIncoming::Reply { response: jute::Response::Notification(e), .. })) => events.push(e),
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err(e.into()),
             None => return Err(BenchError::Protocol("connection closed".into())),
         }
     }
+}
+
+/// The sequence number ZooKeeper appends to a sequential node's name.
+fn sequence_of(name: &str) -> i64 {
+    name.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(i64::MAX)
+}
+
+/// One lock client until `deadline`: acquire, release, repeat.
+async fn lock_loop(
+    conn: &mut Conn,
+    xid: &mut i32,
+    dir: &str,
+    deadline: Instant,
+    hist: &mut Histogram<u64>,
+    errors: &mut BTreeMap<i32, u64>,
+) -> Result<u64, BenchError> {
+    let mut ok = 0;
+    let mut events = Vec::new();
+    while Instant::now() < deadline {
+        let t0 = Instant::now();
+        let create = Request::Create(jute::CreateRequest {
+            path: format!("{dir}/lock-"),
+            data: Some(Bytes::new()),
+            acl: open_acl(),
+            flags: 3, // ephemeral | sequential
+        });
+        let mine = match call_full(conn, xid, create, &mut events).await? {
+            (0, jute::Response::Create(r)) => r.path.rsplit('/').next().unwrap_or_default().to_owned(),
+            (err, _) => {
+                *errors.entry(err).or_default() += 1;
+                continue;
+            }
+        };
+        loop {
+            let list = Request::GetChildren(jute::GetChildrenRequest { path: dir.to_owned(), watch: false });
+            let mut names = match call_full(conn, xid, list, &mut events).await? {
+                (0, jute::Response::GetChildren(r)) => r.children,
+                (err, _) => return Err(BenchError::Protocol(format!("getChildren of the lock dir: error {err}"))),
+            };
+            names.sort_by_key(|n| sequence_of(n));
+            let Some(pos) = names.iter().position(|n| *n == mine) else {
+                return Err(BenchError::Protocol(format!("lock node {mine} vanished")));
+            };
+            if pos == 0 {
+                break;
+            }
+            let pred = format!("{dir}/{}", names[pos - 1]);
+            events.clear();
+            let exists = Request::Exists(jute::ExistsRequest { path: pred.clone(), watch: true });
+            if call_full(conn, xid, exists, &mut events).await?.0 != 0 {
+                continue; // gone already
+            }
+            // Wait for the predecessor's deletion (or any event on it).
+            while !events.iter().any(|e| e.path == pred) {
+                match tokio::time::timeout(Duration::from_secs(30), conn.next()).await {
+                    Ok(Some(Ok(ServerIncoming::Reply { response: jute::Response::Notification(e), .. }))) => {
+                        events.push(e)
+                    }
+                    Ok(Some(Ok(_))) => {}
+                    Ok(Some(Err(e))) => return Err(e.into()),
+                    Ok(None) => return Err(BenchError::Protocol("connection closed".into())),
+                    Err(_) => return Err(BenchError::Protocol("no lock event in 30 s".into())),
+                }
+            }
+        }
+        let _ = hist.record(t0.elapsed().as_micros().max(1) as u64);
+        ok += 1;
+        let release = Request::Delete(jute::DeleteRequest { path: format!("{dir}/{mine}"), version: -1 });
+        let (err, _) = call_full(conn, xid, release, &mut events).await?;
+        if err != 0 {
+            *errors.entry(err).or_default() += 1;
+        }
+    }
+    Ok(ok)
 }
 
 fn open_acl() -> Option<Vec<jute::Acl>> {
@@ -196,6 +288,9 @@ async fn client(
     let mut ok = 0u64;
     let mut errors: BTreeMap<i32, u64> = BTreeMap::new();
     let mut sent: VecDeque<Instant> = VecDeque::new();
+    if args.workload == Workload::Lock {
+        ok = lock_loop(&mut conn, &mut xid, &format!("{root}/lock"), deadline, &mut hist, &mut errors).await?;
+    }
     let mut seq = 0u64;
     let mut next_request = |rng: &mut Rng| -> Request {
         seq += 1;
@@ -226,16 +321,17 @@ async fn client(
                     version: -1,
                 }),
             ]),
-            Workload::Sessions | Workload::Watch | Workload::Probe => Request::Ping,
+            Workload::Sessions | Workload::Watch | Workload::Probe | Workload::Lock => Request::Ping,
         }
     };
-    for _ in 0..args.inflight {
+    let pipelined = if args.workload == Workload::Lock { 0 } else { args.inflight };
+    for _ in 0..pipelined {
         xid += 1;
         conn.feed(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
         sent.push_back(Instant::now());
     }
     conn.flush().await?;
-    while let Some(frame) = conn.next().await {
+    while let Some(frame) = if pipelined > 0 { conn.next().await } else { None } {
         let (header, _) = match frame? {
             ServerIncoming::Reply { header, response } => (header, response),
             ServerIncoming::Connect(_) => continue,
@@ -459,6 +555,9 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
         let (mut c, _) = connect(&servers[0], args.session_timeout).await?;
         let mut xid = 0;
         call(&mut c, &mut xid, create_req(root.clone(), Bytes::new())).await?;
+        if args.workload == Workload::Lock {
+            call(&mut c, &mut xid, create_req(format!("{root}/lock"), Bytes::new())).await?;
+        }
     }
     match args.workload {
         Workload::Sessions => return sessions(args).await,
