@@ -26,7 +26,6 @@ from kazoo.client import KazooClient
 
 import harness
 import zkwire
-from ops_common import deviation
 
 ZKSTAT = str(Path(__file__).resolve().parent / "tools" / "zkstat.sh")
 EPHEMERAL = 1  # CreateMode flag
@@ -347,7 +346,6 @@ def test_conf_keys_and_values(shared_server):
     assert re.fullmatch(r"\d+", kv["serverId"])
 
 
-@deviation("conf says dataDir=<dataDir>; standalone ZooKeeper says dataDir=<dataDir>/version-2 (its own on-disk layout)")
 def test_conf_standalone_values(shared_server):
     """A standalone ZooKeeper reports serverId=0 and its snapshot directory <dataDir>/version-2 as dataDir/dataLogDir."""
     kv = dict(line.split("=", 1) for line in fl(shared_server, "conf").splitlines())
@@ -510,9 +508,6 @@ def test_dump_lists_ephemerals_by_session(shared_server, conn):
     assert f"\n0x{conn.session_id:x}:\n\t/dump-eph\n" in eph
 
 
-@deviation("dump's session part is 'Global Sessions(N):' + '0x<id>\\t<timeout>ms' (the quorum leader's format) and there is no "
-           "'Connections dump:' part; standalone ZooKeeper prints 'Session Sets (..)/(..):', '<n> expire at <date>:', "
-           "'\\t0x<id>', and 'Connections dump:' with '\\tip: /<addr> sessionId: 0x<id>'")
 def test_dump_standalone_sessions_and_connections(shared_server, conn):
     """Standalone dump lists sessions by expiry bucket ('Session Sets') and a 'Connections dump:' with each connection's ip and session id."""
     my_port = conn.sock.getsockname()[1]
@@ -563,7 +558,6 @@ def test_gtmk_default_mask(shared_server):
     assert fl(shared_server, "gtmk") == str(DEFAULT_TRACE_MASK)
 
 
-@deviation("stmk ignores its 8-byte argument and answers '0\\n'; ZooKeeper sets the mask and answers it")
 def test_stmk_sets_mask(shared_server):
     """stmk followed by an 8-byte big-endian mask sets the trace mask, answers it, and gtmk then reports it."""
     try:
@@ -574,7 +568,6 @@ def test_stmk_sets_mask(shared_server):
         raw_4lw(shared_server, b"stmk" + struct.pack(">q", DEFAULT_TRACE_MASK))
 
 
-@deviation("hash answers 'hash is not supported by this server.'; ZooKeeper lists '<zxid hex>: <tree digest>' every 128 txns")
 def test_hash_lists_digests_every_128_txns(shared_server):
     """hash prints one '<zxid in hex>: <decimal digest>' line per 128th zxid once the server has passed it."""
     zk = KazooClient(shared_server.hostport)

@@ -2,10 +2,12 @@
 //! `4lw.commands.whitelist`, with ZooKeeper 3.8's output formats so existing scripts and
 //! monitoring agents parse them. The same data backs the admin HTTP `/commands` endpoints.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::dispatch::Dispatcher;
+use crate::tree::DataTree;
 
 /// The Warden version as `srvr`/`stat`/`mntr` print it (ZooKeeper-style, so version parsers
 /// that expect `3.x.y` keep working).
@@ -50,8 +52,13 @@ pub const WORDS: &[(&str, &str)] = &[
     ("hash", "hash"),
 ];
 
-/// ZooKeeper's default trace mask (`ZooTrace`), which `gtmk` reports.
-pub const TRACE_MASK: i64 = 306;
+/// ZooKeeper's default trace mask (`ZooTrace`), which `gtmk` reports until `stmk` sets another.
+pub const DEFAULT_TRACE_MASK: i64 = 306;
+
+/// How long a connection without a session may stay idle (`NIOServerCnxnFactory`'s
+/// `zookeeper.nio.sessionlessCnxnTimeout`); also the bucket width of its connection expiry
+/// queue, which `dump` prints.
+const SESSIONLESS_CNXN_TIMEOUT_MS: i64 = 10_000;
 
 /// The server's mode as `srvr` and `mntr` report it.
 pub fn mode(d: &Dispatcher) -> &'static str {
@@ -179,16 +186,23 @@ fn max_fds() -> u64 {
         .unwrap_or(0)
 }
 
+/// Where this server's snapshots and log live (`<dataDir>/version-2`, `<dataLogDir>/version-2`),
+/// which `conf` reports as dataDir/dataLogDir and `dirs` measures, as ZooKeeper does.
+pub fn storage(d: &Dispatcher) -> crate::raft::layout::DataLayout {
+    crate::raft::layout::DataLayout::new(&d.config.data_dir, &d.config.data_log_dir)
+}
+
 /// `conf` as key/value pairs.
 pub fn configuration(d: &Dispatcher) -> Vec<(String, String)> {
     let c = &d.config;
+    let dirs = storage(d);
     vec![
         ("clientPort".into(), c.client_port.to_string()),
         ("secureClientPort".into(), "-1".into()),
-        ("dataDir".into(), c.data_dir.display().to_string()),
-        ("dataDirSize".into(), dir_size(&c.data_dir).to_string()),
-        ("dataLogDir".into(), c.data_log_dir.display().to_string()),
-        ("dataLogSize".into(), dir_size(&c.data_log_dir).to_string()),
+        ("dataDir".into(), dirs.snap_dir.display().to_string()),
+        ("dataDirSize".into(), dir_size(&dirs.snap_dir).to_string()),
+        ("dataLogDir".into(), dirs.log_dir.display().to_string()),
+        ("dataLogSize".into(), dir_size(&dirs.log_dir).to_string()),
         ("tickTime".into(), c.tick_time_ms.to_string()),
         ("maxClientCnxns".into(), c.max_client_cnxns.to_string()),
         ("minSessionTimeout".into(), c.min_session_timeout_ms.to_string()),
@@ -242,29 +256,127 @@ fn kv_lines(pairs: &[(String, String)], sep: char) -> String {
     pairs.iter().map(|(k, v)| format!("{k}{sep}{v}\n")).collect()
 }
 
-/// `dump`: sessions and their ephemerals.
-pub fn dump(d: &Dispatcher) -> String {
-    let tree = d.shared.read();
-    let mut s = String::from("SessionTracker dump:\n");
-    let sessions: Vec<_> = tree.sessions().collect();
-    let _ = writeln!(s, "Global Sessions({}):", sessions.len());
-    for (id, e) in &sessions {
-        let _ = writeln!(s, "{:#x}\t{}ms", id, e.timeout_ms);
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_millis() as i64)
+}
+
+/// `ExpiryQueue.roundToNextInterval`: expiry times are bucketed up to the next multiple of the
+/// queue's interval.
+fn round_to_next_interval(time: i64, interval: i64) -> i64 {
+    (time.div_euclid(interval.max(1)) + 1) * interval.max(1)
+}
+
+/// Every session by the wall-clock time (ms) it expires unless heard from again, bucketed by
+/// tick as ZooKeeper's session `ExpiryQueue` is. Sessions this server has not heard from yet
+/// get a whole timeout from now, as [`crate::session::SessionTracker`] gives them.
+pub fn session_expiry(d: &Dispatcher, tree: &DataTree, now_ms: i64) -> BTreeMap<i64, Vec<i64>> {
+    let heard = d.sessions.last_heard_ms();
+    let tick = i64::from(d.config.tick_time_ms);
+    let mut buckets: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for (id, s) in tree.sessions() {
+        let ago = heard.get(id).map_or(0, |ms| *ms as i64);
+        buckets.entry(round_to_next_interval(now_ms - ago + i64::from(s.timeout_ms), tick)).or_default().push(*id);
     }
-    s.push_str("ephemeral nodes dump:\n");
-    let with: Vec<_> = sessions.iter().filter(|(_, e)| !e.ephemerals.is_empty()).collect();
-    let _ = writeln!(s, "Sessions with Ephemerals ({}):", with.len());
-    for (id, e) in with {
-        let _ = writeln!(s, "{id:#x}:");
-        for p in e.ephemerals.iter() {
-            let _ = writeln!(s, "\t{p}");
+    buckets
+}
+
+/// `ExpiryQueue.dump` after its `"<prefix> "`: `Sets (<buckets>)/(<elements>):`, then each
+/// bucket as `<n> expire at <date>:` and one tab-indented line per element.
+fn dump_expiry_queue(s: &mut String, buckets: &BTreeMap<i64, Vec<String>>) {
+    let _ = writeln!(s, "Sets ({})/({}):", buckets.len(), buckets.values().map(Vec::len).sum::<usize>());
+    for (at, elems) in buckets {
+        let _ = writeln!(s, "{} expire at {}:", elems.len(), java_date(*at));
+        for e in elems {
+            let _ = writeln!(s, "\t{e}");
         }
     }
+}
+
+/// `dump` (`DumpCommand`): the session tracker, each session's ephemerals, the connections.
+///
+/// The session part is the tracker's own dump, which differs by role in ZooKeeper: standalone
+/// and the leader (`SessionTrackerImpl.dumpSessions`) list sessions by expiry bucket; a
+/// follower or observer (`LearnerSessionTracker.dumpSessions`) lists `Global Sessions(N):`
+/// with each session's timeout, as it does not expire sessions itself.
+pub fn dump(d: &Dispatcher) -> String {
+    let now = now_ms();
+    let role = mode(d);
+    let mut s = String::from("SessionTracker dump:\n");
+    {
+        let tree = d.shared.read();
+        if matches!(role, "follower" | "observer") {
+            let _ = writeln!(s, "Global Sessions({}):", tree.sessions().count());
+            for (id, e) in tree.sessions() {
+                let _ = writeln!(s, "{:#x}\t{}ms", id, e.timeout_ms);
+            }
+        } else {
+            let buckets = session_expiry(d, &tree, now)
+                .into_iter()
+                .map(|(at, ids)| (at, ids.into_iter().map(|id| format!("{id:#x}")).collect()))
+                .collect();
+            s.push_str("Session ");
+            dump_expiry_queue(&mut s, &buckets);
+        }
+        // DataTree.dumpEphemerals.
+        s.push_str("ephemeral nodes dump:\n");
+        let with: Vec<_> = tree.sessions().filter(|(_, e)| !e.ephemerals.is_empty()).collect();
+        let _ = writeln!(s, "Sessions with Ephemerals ({}):", with.len());
+        for (id, e) in with {
+            let _ = writeln!(s, "{id:#x}:");
+            for p in e.ephemerals.iter() {
+                let _ = writeln!(s, "\t{p}");
+            }
+        }
+    }
+    // NIOServerCnxnFactory.dumpConnections: each connection expires a timeout after it was
+    // last heard from (its session's timeout, or the sessionless one).
+    s.push_str("Connections dump:\n");
+    let mut buckets: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for c in d.stats.connections() {
+        let sid = c.session_id.load(Ordering::Relaxed);
+        let timeout = match c.timeout_ms.load(Ordering::Relaxed) {
+            t if sid != 0 && t > 0 => t,
+            _ => SESSIONLESS_CNXN_TIMEOUT_MS,
+        };
+        let last = c.established_ms.max(c.last_response_ms.load(Ordering::Relaxed));
+        let at = round_to_next_interval(last + timeout, SESSIONLESS_CNXN_TIMEOUT_MS);
+        buckets.entry(at).or_default().push(format!("ip: /{} sessionId: {sid:#x}", c.peer));
+    }
+    s.push_str("Connections ");
+    dump_expiry_queue(&mut s, &buckets);
     s
 }
 
-/// Runs a four-letter word and returns ZooKeeper's text for it.
-pub fn run(d: &Dispatcher, word: &[u8; 4]) -> String {
+/// A wall-clock time as Java's `Date.toString` prints it, in UTC:
+/// `Thu Jan 01 00:00:00 UTC 1970` (`Time.elapsedTimeToDate` in ZooKeeper's `dump`).
+pub fn java_date(ms: i64) -> String {
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days: the proleptic Gregorian date of a day number.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{} {} {day:02} {:02}:{:02}:{:02} UTC {year}",
+        DAYS[(days + 4).rem_euclid(7) as usize], // 1970-01-01 was a Thursday
+        MONTHS[(month - 1) as usize],
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60,
+    )
+}
+
+/// Runs a four-letter word and returns ZooKeeper's text for it. `arg` is `stmk`'s argument.
+pub fn run(d: &Dispatcher, word: &[u8; 4], arg: Option<[u8; 8]>) -> String {
     if word == b"\xff\xf4\xff\xfd" {
         return String::new();
     }
@@ -335,13 +447,42 @@ pub fn run(d: &Dispatcher, word: &[u8; 4]) -> String {
             s
         }
         b"dump" => dump(d),
-        b"dirs" => format!(
-            "datadir_size: {}\nlogdir_size: {}\n",
-            dir_size(&d.config.data_dir),
-            dir_size(&d.config.data_log_dir)
-        ),
-        b"gtmk" => TRACE_MASK.to_string(),
-        b"stmk" => "0\n".into(),
+        b"dirs" => {
+            let dirs = storage(d);
+            format!("datadir_size: {}\nlogdir_size: {}\n", dir_size(&dirs.snap_dir), dir_size(&dirs.log_dir))
+        }
+        b"gtmk" => d.stats.trace_mask.load(Ordering::Relaxed).to_string(),
+        b"stmk" => {
+            // NIOServerCnxn.checkFourLetterWord reads the 8 bytes after `stmk` as a big-endian
+            // long and sets it; SetTraceMaskCommand answers it, without a newline.
+            if let Some(arg) = arg {
+                d.stats.trace_mask.store(i64::from_be_bytes(arg), Ordering::Relaxed);
+            }
+            d.stats.trace_mask.load(Ordering::Relaxed).to_string()
+        }
+        // DigestCommand: one `<zxid hex>: <digest>` line per history entry, oldest first.
+        b"hash" => d.shared.read().digest_log().map(|h| format!("{:x}: {}\n", h.zxid, h.digest)).collect(),
         _ => format!("{w} is not supported by this server.\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dates print as Java's `Date.toString` in UTC, across the epoch, a leap day and today's era.
+    #[test]
+    fn java_date_matches_java() {
+        assert_eq!(java_date(0), "Thu Jan 01 00:00:00 UTC 1970");
+        assert_eq!(java_date(951_782_400_000), "Tue Feb 29 00:00:00 UTC 2000");
+        assert_eq!(java_date(1_700_000_000_123), "Tue Nov 14 22:13:20 UTC 2023");
+        assert_eq!(java_date(-1000), "Wed Dec 31 23:59:59 UTC 1969");
+    }
+
+    /// Expiry buckets round up to the next interval, an exact multiple included (ExpiryQueue).
+    #[test]
+    fn expiry_rounds_to_next_interval() {
+        assert_eq!(round_to_next_interval(3999, 2000), 4000);
+        assert_eq!(round_to_next_interval(4000, 2000), 6000);
     }
 }

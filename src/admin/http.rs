@@ -7,10 +7,12 @@
 //!   `admin.authToken` is set;
 //! - `GET /ready` (200 once serving clients) and `GET /health` (200 while the process runs).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use axum::extract::Path;
+use axum::extract::Query;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
@@ -28,8 +30,9 @@ use crate::admin::four_letter;
 use crate::dispatch::Dispatcher;
 
 /// The JSON for one admin command (by ZooKeeper command name or four-letter alias), shaped as
-/// ZooKeeper 3.8's AdminServer answers it.
-pub fn command_json(d: &Dispatcher, name: &str) -> Option<Value> {
+/// ZooKeeper 3.8's AdminServer answers it. `kwargs` are the query parameters (ZooKeeper's
+/// `CommandServlet` passes them to the command: `set_trace_mask?traceMask=N`).
+pub fn command_json(d: &Dispatcher, name: &str, kwargs: &HashMap<String, String>) -> Option<Value> {
     let canonical =
         four_letter::WORDS.iter().find(|(w, c)| *w == name || *c == name).map(|(_, c)| *c).or(match name {
             "config" => Some("configuration"),
@@ -77,8 +80,8 @@ pub fn command_json(d: &Dispatcher, name: &str) -> Option<Value> {
                     "max_latency": max,
                     "avg_latency": avg,
                     "uptime": d.stats.started.elapsed().as_millis() as u64,
-                    "data_dir_size": four_letter::dir_size(&d.config.data_dir),
-                    "log_dir_size": four_letter::dir_size(&d.config.data_log_dir),
+                    "data_dir_size": four_letter::dir_size(&four_letter::storage(d).snap_dir),
+                    "log_dir_size": four_letter::dir_size(&four_letter::storage(d).log_dir),
                     "auth_failed_count": d.stats.auth_failed.load(Ordering::Relaxed),
                 }),
             );
@@ -121,34 +124,65 @@ pub fn command_json(d: &Dispatcher, name: &str) -> Option<Value> {
             m.insert("path_to_session_ids".into(), Value::Object(w));
         }
         "dump" => {
-            let heard = d.sessions.last_heard_ms();
+            // DumpCommand: the session expiry buckets (ZooKeeper keys them by its monotonic
+            // clock; Warden by wall-clock ms) and each session's ephemerals.
             let now =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_millis() as i64);
             let tree = d.shared.read();
-            let mut expiry: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
-            let mut eph = Map::new();
-            for (id, s) in tree.sessions() {
-                let ago = heard.get(id).copied().unwrap_or(0) as i64;
-                expiry.entry((now - ago + i64::from(s.timeout_ms)).to_string()).or_default().push(*id);
-                if !s.ephemerals.is_empty() {
-                    eph.insert(id.to_string(), json!(s.ephemerals.iter().cloned().collect::<Vec<_>>()));
-                }
-            }
-            m.insert("expiry_time_to_session_ids".into(), json!(expiry));
+            let expiry: Map<String, Value> = four_letter::session_expiry(d, &tree, now)
+                .into_iter()
+                .map(|(at, ids)| (at.to_string(), json!(ids)))
+                .collect();
+            let eph: Map<String, Value> = tree
+                .sessions()
+                .filter(|(_, s)| !s.ephemerals.is_empty())
+                .map(|(id, s)| (id.to_string(), json!(s.ephemerals.iter().cloned().collect::<Vec<_>>())))
+                .collect();
+            m.insert("expiry_time_to_session_ids".into(), Value::Object(expiry));
             m.insert("session_id_to_ephemeral_paths".into(), Value::Object(eph));
         }
         "is_read_only" => {
             m.insert("read_only".into(), json!(false));
         }
         "dirs" => {
-            m.insert("datadir_size".into(), json!(four_letter::dir_size(&d.config.data_dir)));
-            m.insert("logdir_size".into(), json!(four_letter::dir_size(&d.config.data_log_dir)));
+            let dirs = four_letter::storage(d);
+            m.insert("datadir_size".into(), json!(four_letter::dir_size(&dirs.snap_dir)));
+            m.insert("logdir_size".into(), json!(four_letter::dir_size(&dirs.log_dir)));
         }
-        "get_trace_mask" | "set_trace_mask" => {
-            m.insert("tracemask".into(), json!(four_letter::TRACE_MASK));
+        "get_trace_mask" => {
+            m.insert("tracemask".into(), json!(d.stats.trace_mask.load(Ordering::Relaxed)));
+        }
+        "set_trace_mask" => {
+            // Commands.SetTraceMaskCommand: errors leave the mask alone and carry no tracemask.
+            const NEEDS: &str = "setTraceMask requires long traceMask argument";
+            match kwargs.get("traceMask").map(|v| (v, v.parse::<i64>())) {
+                None => {
+                    m.insert("error".into(), json!(NEEDS));
+                }
+                Some((v, Err(_))) => {
+                    m.insert("error".into(), json!(format!("{NEEDS}, got {v}")));
+                }
+                Some((_, Ok(mask))) => {
+                    d.stats.trace_mask.store(mask, Ordering::Relaxed);
+                    m.insert("tracemask".into(), json!(mask));
+                }
+            }
         }
         "hash" => {
-            m.insert("digests".into(), json!([]));
+            // Commands.DigestCommand: the digest history, oldest first.
+            let digests: Vec<Value> = d
+                .shared
+                .read()
+                .digest_log()
+                .map(|h| {
+                    json!({
+                        "zxid": h.zxid,
+                        "digest": h.digest,
+                        "digest_version": crate::tree::digest::DIGEST_VERSION,
+                    })
+                })
+                .collect();
+            m.insert("digests".into(), Value::Array(digests));
         }
         "connection_stat_reset" => {
             for c in d.stats.connections() {
@@ -159,7 +193,7 @@ pub fn command_json(d: &Dispatcher, name: &str) -> Option<Value> {
         _ => return None,
     }
     m.insert("command".into(), json!(canonical));
-    m.insert("error".into(), Value::Null);
+    m.entry("error").or_insert(Value::Null);
     Some(Value::Object(m))
 }
 
@@ -212,8 +246,12 @@ async fn commands() -> Json<Value> {
     Json(json!({ "commands": names, "command": "commands", "error": null }))
 }
 
-async fn command(State(d): State<Dispatcher>, Path(name): Path<String>) -> Response {
-    match command_json(&d, &name) {
+async fn command(
+    State(d): State<Dispatcher>,
+    Path(name): Path<String>,
+    Query(kwargs): Query<HashMap<String, String>>,
+) -> Response {
+    match command_json(&d, &name, &kwargs) {
         Some(v) => Json(v).into_response(),
         // ZooKeeper answers an unknown command with 200 and an error message.
         None => Json(json!({ "command": name, "error": format!("Unknown command: {name}") })).into_response(),

@@ -8,7 +8,8 @@ pub mod metrics;
 
 use crate::dispatch::Dispatcher;
 
-/// Answers a four-letter word with ZooKeeper's text (the connection closes afterwards).
-pub fn four_letter(d: &Dispatcher, word: &[u8; 4]) -> String {
-    four_letter::run(d, word)
+/// Answers a four-letter word (and `stmk`'s 8-byte argument) with ZooKeeper's text (the
+/// connection closes afterwards).
+pub fn four_letter(d: &Dispatcher, word: &[u8; 4], arg: Option<[u8; 8]>) -> String {
+    four_letter::run(d, word, arg)
 }

@@ -203,9 +203,9 @@ async fn serve(
         _ => return,
     };
     let req = match first {
-        ClientMessage::FourLetterWord { word, .. } => {
+        ClientMessage::FourLetterWord { word, arg } => {
             d.stats.packet_received(cs);
-            let text = crate::admin::four_letter(&d, &word);
+            let text = crate::admin::four_letter(&d, &word, arg);
             let _ = writer.send(ServerMessage::Raw(Bytes::from(text))).await;
             return;
         }

@@ -221,6 +221,9 @@ pub struct ServerStats {
     pub latency: Latency,
     pub response_size: SizeStats,
     pub auth_failed: AtomicU64,
+    /// The trace mask `gtmk` reports and `stmk` sets (ZooKeeper's `ZooTrace` text trace
+    /// level). Reported only; Warden's logging is configured with `RUST_LOG`.
+    pub trace_mask: AtomicI64,
     conns: Mutex<HashMap<u64, Arc<ConnStats>>>,
 }
 
@@ -233,6 +236,7 @@ impl Default for ServerStats {
             latency: Latency::default(),
             response_size: SizeStats::default(),
             auth_failed: AtomicU64::new(0),
+            trace_mask: AtomicI64::new(crate::admin::four_letter::DEFAULT_TRACE_MASK),
             conns: Mutex::new(HashMap::new()),
         }
     }

@@ -1,6 +1,6 @@
 //! The Raft log on redb.
 //!
-//! # On-disk format (`<dataLogDir>/raft-log.redb`)
+//! # On-disk format (`<dataLogDir>/version-2/raft-log.redb`, see [`super::layout`])
 //! - table `logs`: `u64` log index -> postcard-encoded `openraft::Entry<TypeConfig>`.
 //! - table `meta`: `"vote"`, `"committed"`, `"last_purged"` -> postcard-encoded values, and
 //!   `"format"` -> the format version ([`FORMAT_VERSION`]).

@@ -1,10 +1,11 @@
 //! openraft glue: the type configuration, the redb log store, the state machine (where zxids
-//! are assigned), and the network adapter.
+//! are assigned), the network adapter, and where their files live on disk ([`layout`]).
 //!
 //! A standalone server is a one-member group built through exactly the same path as an
 //! ensemble member, so there is one write path. This module knows nothing of client
 //! connections; it reports applied changes through an [`state_machine::ApplyHook`].
 
+pub mod layout;
 pub mod log_store;
 pub mod network;
 pub mod state_machine;

@@ -3,7 +3,7 @@
 //! while still holding the tree's write lock, so no read can observe a change before its
 //! watch events are queued.
 //!
-//! # Snapshots (`<dataDir>/snapshot-<term>-<index>.bin`)
+//! # Snapshots (`<dataDir>/version-2/snapshot-<term>-<index>.bin`, see [`super::layout`])
 //! postcard encoding of [`SnapshotFile`]: the last applied log id, the membership and the whole
 //! tree. Built from an O(1) clone of the persistent tree, so apply never waits for a snapshot
 //! to be written. The newest file is loaded at start; older ones are removed after a new one
@@ -153,8 +153,9 @@ impl StateMachine {
         };
         if let Some(path) = newest_snapshot(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
             let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            let file: SnapshotFile =
+            let mut file: SnapshotFile =
                 postcard::from_bytes(&bytes).map_err(|e| format!("decoding {}: {e}", path.display()))?;
+            file.tree.compute_digest();
             sm.last_applied = file.last_applied;
             sm.membership = file.membership.clone();
             let meta = meta_for(&file);
@@ -258,7 +259,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let bytes = snapshot.into_inner();
-        let file: SnapshotFile = postcard::from_bytes(&bytes).map_err(sm_err)?;
+        let mut file: SnapshotFile = postcard::from_bytes(&bytes).map_err(sm_err)?;
+        file.tree.compute_digest(); // before the write lock: O(n)
         write_snapshot(&self.dir, &meta.last_log_id, &bytes).map_err(snap_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();

@@ -6,9 +6,11 @@
 //! Synchronous and deterministic: [`DataTree::apply`] is a pure function of (tree, zxid, txn)
 //! returning the result and the [`Change`]s that watches fire on. No I/O, no clock, no
 //! randomness, no knowledge of watches or connections. The maps are persistent (`imbl`), so
-//! cloning the whole tree for a snapshot or a multi's scratch copy is O(1).
+//! cloning the whole tree for a snapshot or a multi's scratch copy is O(1). Apply also keeps
+//! the tree digest and its history ([`digest`], ZooKeeper's `hash`) up to date.
 
 pub mod acl;
+pub mod digest;
 pub mod path;
 
 use bytes::Bytes;
@@ -26,6 +28,7 @@ use serde::Serialize;
 
 use self::acl::AclEntry;
 use self::acl::AuthId;
+use self::digest::ZxidDigest;
 use crate::txn::CreateOp;
 use crate::txn::OpResult;
 use crate::txn::Txn;
@@ -233,6 +236,15 @@ pub struct DataTree {
     last_zxid: i64,
     /// Sum of path and data lengths (`approximate_data_size`).
     data_size: i64,
+    /// Sum of every node's [`digest::node`], kept up to date by apply. `None` right after
+    /// deserialising: snapshots do not store it (their format predates it), and
+    /// [`DataTree::compute_digest`] (or else the next apply) recomputes it from the nodes.
+    #[serde(skip)]
+    digest: Option<u64>,
+    /// The digest every [`digest::DIGEST_LOG_INTERVAL`] zxids, oldest first, at most
+    /// [`digest::DIGEST_LOG_LIMIT`] entries. In memory only, as ZooKeeper's `digestLog`.
+    #[serde(skip)]
+    digest_log: imbl::Vector<ZxidDigest>,
 }
 
 impl Default for DataTree {
@@ -252,6 +264,8 @@ impl DataTree {
             last_zxid: 0,
             // ZooKeeper's approximate data size counts the root's "/" alias (1 byte).
             data_size: 1,
+            digest: None,
+            digest_log: imbl::Vector::new(),
         };
         t.nodes.insert("/".into(), Node::new(Some(Bytes::new()), Arc::new(AclEntry::open()), 0, 0, 0));
         for (path, acl, data) in [
@@ -270,6 +284,7 @@ impl DataTree {
             // ZooKeeper keeps /zookeeper/config at version -1 until a reconfig writes it.
             config.stat.version = -1;
         }
+        t.digest = Some(t.full_digest());
         t
     }
 
@@ -286,6 +301,36 @@ impl DataTree {
     /// `approximate_data_size`.
     pub fn data_size(&self) -> i64 {
         self.data_size
+    }
+
+    /// The tree digest: the sum of every node's digest (see [`digest`]).
+    pub fn digest(&self) -> u64 {
+        self.digest.unwrap_or_else(|| self.full_digest())
+    }
+
+    /// The digest history (`hash`), oldest first.
+    pub fn digest_log(&self) -> impl Iterator<Item = &ZxidDigest> {
+        self.digest_log.iter()
+    }
+
+    /// Computes the digest of a tree read from a snapshot now (O(n)), instead of in its first
+    /// apply; lets the caller do it before taking the tree's lock.
+    pub fn compute_digest(&mut self) {
+        if self.digest.is_none() {
+            self.digest = Some(self.full_digest());
+        }
+    }
+
+    /// The digest computed from scratch, O(n).
+    fn full_digest(&self) -> u64 {
+        self.nodes.iter().fold(0, |sum, (path, node)| digest::add(sum, digest::node(path, node)))
+    }
+
+    /// Replaces one node digest (or part of one) by another in the tree digest.
+    fn digest_swap(&mut self, removed: u64, added: u64) {
+        if let Some(d) = self.digest.as_mut() {
+            *d = digest::add(digest::sub(*d, removed), added);
+        }
     }
 
     /// A node, if present.
@@ -400,12 +445,20 @@ impl DataTree {
     /// Applies one replicated txn at `zxid`. Every precondition is checked here, so the result
     /// (including errors) is the same on every replica.
     pub fn apply(&mut self, zxid: i64, txn: &Txn) -> (Result<TxnOutput, TreeError>, Vec<Change>) {
+        self.compute_digest();
         self.last_zxid = self.last_zxid.max(zxid);
         let mut changes = Vec::new();
         let result = match &txn.op {
             TxnOp::Multi(ops) => Ok(self.apply_multi(zxid, txn, ops, &mut changes)),
             op => self.apply_one(zxid, txn, op, &mut changes),
         };
+        // DataTree.logZxidDigest: after every txn, failed ones included.
+        if zxid % digest::DIGEST_LOG_INTERVAL == 0 {
+            self.digest_log.push_back(ZxidDigest { zxid, digest: self.digest() });
+            if self.digest_log.len() > digest::DIGEST_LOG_LIMIT {
+                self.digest_log.pop_front();
+            }
+        }
         (result, changes)
     }
 
@@ -482,6 +535,7 @@ impl DataTree {
                 }
                 let new_version = check_version(node.stat.version, *version)?;
                 let old_len = node.data.as_ref().map_or(0, Bytes::len) as i64;
+                let old_digest = digest::node(path, node);
                 let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
                 node.data = data.clone();
                 node.stat.version = new_version;
@@ -489,6 +543,8 @@ impl DataTree {
                 node.stat.mtime = txn.time_ms;
                 let stat = node.stat();
                 let acl = node.acl.clone();
+                let new_digest = digest::node(path, node);
+                self.digest_swap(old_digest, new_digest);
                 self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
                 changes.push(Change { event: EventType::NodeDataChanged, path: path.clone(), acl });
                 Ok(TxnOutput::Stat(stat))
@@ -501,10 +557,14 @@ impl DataTree {
                     return Err(TreeError::NoAuth);
                 }
                 let new_version = check_version(node.stat.aversion, *version)?;
+                let old_meta = digest::meta(path, node);
                 let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
                 node.acl = Arc::new(fixed);
                 node.stat.aversion = new_version;
-                Ok(TxnOutput::Stat(node.stat()))
+                let stat = node.stat();
+                let new_meta = digest::meta(path, node);
+                self.digest_swap(old_meta, new_meta);
+                Ok(TxnOutput::Stat(stat))
             }
             TxnOp::Check { path, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
@@ -565,11 +625,16 @@ impl DataTree {
         let stat = node.stat();
         let name = path::name(&path).to_owned();
         let node_acl = node.acl.clone();
+        let node_digest = digest::node(&path, &node);
         let parent = self.nodes.get_mut(parent_path).ok_or(TreeError::NoNode)?;
+        let parent_meta = digest::meta(parent_path, parent);
         let parent_acl = parent.acl.clone();
         parent.children.insert(&name);
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
         parent.stat.pzxid = zxid;
+        let new_parent_meta = digest::meta(parent_path, parent);
+        self.digest_swap(parent_meta, new_parent_meta);
+        self.digest_swap(0, node_digest);
         self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;
         self.nodes.insert(path.clone(), node);
         match kind_of(owner) {
@@ -619,6 +684,7 @@ impl DataTree {
     /// (`DataTree.deleteNode`: the parent's pzxid moves, its cversion does not).
     fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
         let Some(node) = self.nodes.remove(path) else { return };
+        self.digest_swap(digest::node(path, &node), 0);
         self.data_size -= path.len() as i64 + node.data.as_ref().map_or(0, Bytes::len) as i64;
         match node.kind() {
             NodeKind::Ephemeral(session) => {
@@ -634,11 +700,14 @@ impl DataTree {
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
         let mut parent_acl = SharedAcl::default();
         if let Some(parent) = self.nodes.get_mut(&parent_path) {
+            let old_meta = digest::meta(&parent_path, parent);
             parent_acl = parent.acl.clone();
             parent.children.remove(path::name(path));
             if zxid > parent.stat.pzxid {
                 parent.stat.pzxid = zxid;
             }
+            let new_meta = digest::meta(&parent_path, parent);
+            self.digest_swap(old_meta, new_meta);
         }
         changes.push(Change { event: EventType::NodeDeleted, path: path.to_owned(), acl: node.acl });
         changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path, acl: parent_acl });

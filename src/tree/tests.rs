@@ -74,3 +74,117 @@ fn session_close_removes_ephemerals() {
     );
     assert_eq!(t.exists("/e"), Err(TreeError::NoNode));
 }
+
+fn session(id: i64) -> TxnOp {
+    TxnOp::CreateSession { session_id: id, timeout_ms: 4000, passwd: Bytes::from_static(&[0; 16]) }
+}
+
+fn set_data(path: &str, data: &'static [u8]) -> TxnOp {
+    TxnOp::SetData { path: path.into(), data: Some(Bytes::from_static(data)), version: -1 }
+}
+
+/// A mix of every kind of txn, successful and failing, as (session, op).
+fn mixed_ops() -> Vec<(i64, TxnOp)> {
+    let read_only =
+        vec![AclEntry { perms: jute::perms::READ, id: AuthId { scheme: "world".into(), id: "anyone".into() } }];
+    vec![
+        (0, session(7)),
+        (0, create("/a", 0)),
+        (0, create("/a/s-", 2)),
+        (7, create("/a/e", 1)),
+        (0, set_data("/a", b"hello")),
+        (0, TxnOp::SetAcl { path: "/a/s-0000000000".into(), acl: read_only, version: -1 }),
+        (0, TxnOp::Multi(vec![create("/m", 0), set_data("/m", b"m")])),
+        (0, TxnOp::Multi(vec![create("/m2", 0), TxnOp::Check { path: "/nope".into(), version: 0 }])),
+        (0, create("/a", 0)), // NodeExists: changes nothing
+        (0, TxnOp::Delete { path: "/a/s-0000000000".into(), version: -1 }),
+        (0, TxnOp::CloseSession { session_id: 7 }),
+    ]
+}
+
+/// Every replica that applies the same txns at the same zxids has the same digest and history,
+/// and the incrementally kept digest always equals one computed from scratch.
+#[test]
+fn digest_same_ops_same_digest() {
+    let (mut a, mut b) = (DataTree::new(), DataTree::new());
+    assert_eq!(a.digest(), b.digest());
+    let mut zxid = 0;
+    for (session_id, op) in mixed_ops() {
+        zxid += 1;
+        let before = a.digest();
+        let _ = a.apply(zxid, &txn(session_id, op.clone()));
+        let _ = b.apply(zxid, &txn(session_id, op));
+        assert_eq!(a.digest(), a.full_digest(), "after zxid {zxid}");
+        assert_eq!(a.digest(), b.digest(), "after zxid {zxid}");
+        if zxid == 9 {
+            assert_eq!(a.digest(), before, "a failed create changes nothing");
+        }
+    }
+    assert!(a.digest_log().next().is_none(), "no history before zxid 128");
+    for i in 0..300 {
+        zxid += 1;
+        let op = if i % 2 == 0 { create(&format!("/n{i}"), 0) } else { set_data("/a", b"again") };
+        let _ = a.apply(zxid, &txn(0, op.clone()));
+        let _ = b.apply(zxid, &txn(0, op));
+    }
+    assert_eq!(a.digest(), a.full_digest());
+    let history: Vec<_> = a.digest_log().copied().collect();
+    assert_eq!(history.iter().map(|h| h.zxid).collect::<Vec<_>>(), vec![128, 256]);
+    assert_eq!(history, b.digest_log().copied().collect::<Vec<_>>());
+    assert_ne!(history[0].digest, history[1].digest);
+    assert!(history.iter().all(|h| h.digest <= i64::MAX as u64), "digests print as a non-negative long");
+}
+
+/// A replica whose one node differs (in data, or only in a stat field) has another digest.
+#[test]
+fn digest_detects_a_differing_node() {
+    let (mut a, mut b, mut c) = (DataTree::new(), DataTree::new(), DataTree::new());
+    for t in [&mut a, &mut b, &mut c] {
+        let _ = t.apply(1, &txn(0, create("/x", 0)));
+    }
+    let _ = a.apply(2, &txn(0, set_data("/x", b"one")));
+    let _ = b.apply(2, &txn(0, set_data("/x", b"two")));
+    // Same data, but another mtime: only the Stat differs.
+    let _ = c.apply(2, &Txn { time_ms: 2000, ..txn(0, set_data("/x", b"one")) });
+    assert_ne!(a.digest(), b.digest());
+    assert_ne!(a.digest(), c.digest());
+    assert_eq!(a.digest(), a.full_digest());
+    assert_eq!(b.digest(), b.full_digest());
+}
+
+/// Deleting a node takes exactly its contribution out again: afterwards the digest differs
+/// from the one before its create only by the parent's new pzxid/cversion.
+#[test]
+fn digest_delete_restores() {
+    let mut t = DataTree::new();
+    let _ = t.apply(1, &txn(0, create("/p", 0)));
+    let before = t.digest();
+    let parent_before = digest::meta("/p", t.node("/p").unwrap());
+    let _ = t.apply(2, &txn(0, create("/p/x", 0)));
+    let _ = t.apply(3, &txn(0, set_data("/p/x", b"data")));
+    assert_ne!(t.digest(), before);
+    let _ = t.apply(4, &txn(0, TxnOp::Delete { path: "/p/x".into(), version: -1 }));
+    let parent_after = digest::meta("/p", t.node("/p").unwrap());
+    assert_eq!(t.digest(), t.full_digest());
+    assert_eq!(digest::add(digest::sub(t.digest(), parent_after), parent_before), before);
+}
+
+/// A tree read back from a snapshot (which does not store the digest) has the same digest,
+/// and keeps it up to date from the next apply on.
+#[test]
+fn digest_survives_a_snapshot_round_trip() {
+    let mut t = DataTree::new();
+    let mut zxid = 0;
+    for (session_id, op) in mixed_ops() {
+        zxid += 1;
+        let _ = t.apply(zxid, &txn(session_id, op));
+    }
+    let bytes = postcard::to_stdvec(&t).unwrap();
+    let mut restored: DataTree = postcard::from_bytes(&bytes).unwrap();
+    assert_eq!(restored.digest(), t.digest());
+    let op = create("/after", 0);
+    let _ = t.apply(zxid + 1, &txn(0, op.clone()));
+    let _ = restored.apply(zxid + 1, &txn(0, op));
+    assert_eq!(restored.digest(), t.digest());
+    assert_eq!(restored.digest(), restored.full_digest());
+}
