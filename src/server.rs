@@ -89,7 +89,7 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
     let id = config.server_id;
-    let raft = Raft::new(id, Arc::new(raft_config), PeerNetworkFactory, log_store, sm)
+    let raft = Raft::new(id, Arc::new(raft_config), PeerNetworkFactory { retry: Duration::from_millis(heartbeat) }, log_store, sm)
         .await
         .map_err(|e| ServerError::Raft(e.to_string()))?;
     let standalone = config.servers.is_empty();

@@ -113,13 +113,13 @@ impl PeerClient {
         PeerClient { addr, tx: Arc::new(Mutex::new(None)) }
     }
 
-    async fn sender(&self) -> Result<Outbox, PeerError> {
+    async fn sender(&self, connect_timeout: Duration) -> Result<Outbox, PeerError> {
         if let Some(tx) = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
             if !tx.is_closed() {
                 return Ok(tx.clone());
             }
         }
-        let stream = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(&self.addr))
+        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(&self.addr))
             .await
             .map_err(|_| PeerError::Connect(self.addr.clone(), "timed out".into()))?
             .map_err(|e| PeerError::Connect(self.addr.clone(), e.to_string()))?;
@@ -137,7 +137,9 @@ impl PeerClient {
         req: PeerRequest,
         timeout: Duration,
     ) -> Result<impl std::future::Future<Output = Result<PeerResponse, PeerError>> + Send + 'static, PeerError> {
-        let tx = self.sender().await?;
+        // A connect never outlives the request: a stuck SYN (a peer behind a partition) must
+        // not hold up the Raft RPCs queued behind it once the network heals.
+        let tx = self.sender(timeout.min(Duration::from_secs(2))).await?;
         let (done, wait) = oneshot::channel();
         tx.send((req, done)).await.map_err(|_| PeerError::Lost(self.addr.clone()))?;
         let addr = self.addr.clone();

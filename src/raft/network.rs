@@ -28,18 +28,22 @@ use crate::peer::PeerRequest;
 use crate::peer::PeerResponse;
 
 /// Builds a [`PeerNetwork`] per target; `BasicNode.addr` is the target's `host:peerPort`.
-pub struct PeerNetworkFactory;
+pub struct PeerNetworkFactory {
+    /// How long replication waits after an unreachable peer before retrying.
+    pub retry: Duration,
+}
 
 /// Raft RPCs to one peer.
 pub struct PeerNetwork {
     target: u64,
     client: PeerClient,
+    retry: Duration,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
     type Network = PeerNetwork;
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerNetwork {
-        PeerNetwork { target, client: PeerClient::new(node.addr.clone()) }
+        PeerNetwork { target, client: PeerClient::new(node.addr.clone()), retry: self.retry }
     }
 }
 
@@ -59,6 +63,13 @@ fn timeout(option: &RPCOption) -> Duration {
 }
 
 impl RaftNetwork<TypeConfig> for PeerNetwork {
+    /// openraft waits 500 ms after an unreachable peer by default: longer than a follower's
+    /// election timeout, so a member rejoining after a partition would campaign (and depose
+    /// the leader) before the leader retried. Retry every heartbeat instead.
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(self.retry))
+    }
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
