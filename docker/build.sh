@@ -5,16 +5,19 @@
 #   docker/build.sh                 # uses target/release/warden (build it first)
 #   WARDEN_BIN=path docker/build.sh # another binary (a musl static one needs no libraries)
 #   docker/build.sh --clean         # also wipe the nodes' data dirs (a fresh ensemble)
+#   WARDEN_BUILD_DIR=dir docker/build.sh   # write everything to dir instead of docker/build
+#                                   # (docker-compose.yml reads the same variable)
 #
-# Output:
+# Output (in docker/build/ or $WARDEN_BUILD_DIR):
 #   build/rootfs-warden/      the binary + every shared library `ldd` lists, at the same paths
 #   build/rootfs-prometheus/  Debian's /usr/bin/prometheus + its libraries, an empty /prometheus
 #   build/nodes/warden{1,2,3}/zoo.cfg and data/myid    (mounted at /conf in each container)
 #   build/prometheus.yml      scrape config for warden1..3:7000
+#   build/Dockerfile          a copy of docker/Dockerfile, so the directory is a complete context
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-OUT="$HERE/build"
+OUT="${WARDEN_BUILD_DIR:-$HERE/build}"
 BIN="${WARDEN_BIN:-$REPO/target/release/warden}"
 PROM="${PROMETHEUS_BIN:-/usr/bin/prometheus}"
 N=3
@@ -46,8 +49,14 @@ else
   echo "build.sh: $PROM missing (apt-get install prometheus); the prometheus image cannot be built" >&2
 fi
 
-# One zoo.cfg per node, identical except nothing: in containers every node has the same
-# ports on its own address, so only myid differs.
+cp "$HERE/Dockerfile" "$OUT/Dockerfile"
+
+# One zoo.cfg per node, identical on every node: in containers every node has the same
+# ports on its own address, so only data/myid differs. Peer (Raft) traffic uses the names
+# peer1..3, which docker-compose.yml gives the nodes on the `peers` network only; clients,
+# the admin server and Prometheus use the default network. So `docker network disconnect
+# <project>_peers <container>` partitions a node from the others while its clients still
+# reach it (and see it stop serving), as in a real network partition between servers.
 for i in $(seq 1 $N); do
   d="$OUT/nodes/warden$i"
   mkdir -p "$d/data"
@@ -66,7 +75,7 @@ for i in $(seq 1 $N); do
     echo "metricsProvider.className=org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider"
     echo "metricsProvider.httpHost=0.0.0.0"
     echo "metricsProvider.httpPort=7000"
-    for j in $(seq 1 $N); do echo "server.$j=warden$j:2888:3888"; done
+    for j in $(seq 1 $N); do echo "server.$j=peer$j:2888:3888"; done
   } > "$d/zoo.cfg"
   echo "$i" > "$d/data/myid"
 done
