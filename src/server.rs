@@ -89,9 +89,15 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
     let id = config.server_id;
-    let raft = Raft::new(id, Arc::new(raft_config), PeerNetworkFactory { retry: Duration::from_millis(heartbeat) }, log_store, sm)
-        .await
-        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let raft = Raft::new(
+        id,
+        Arc::new(raft_config),
+        PeerNetworkFactory { retry: Duration::from_millis(heartbeat) },
+        log_store,
+        sm,
+    )
+    .await
+    .map_err(|e| ServerError::Raft(e.to_string()))?;
     let standalone = config.servers.is_empty();
     if !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))? {
         // Every member initialises with the same membership from the same zoo.cfg; openraft
