@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark: Warden vs Apache ZooKeeper 3.8 (Debian's package), standalone.
+"""Side-by-side benchmark: Warden vs Apache ZooKeeper 3.8 (Debian's package), standalone,
+or with --ensemble 3 the throughput and latency phases against 3-server ensembles of each kind.
 
 Python 3 standard library only. Everything binds 127.0.0.1; every process this
 script starts is killed by PID at the end (also on Ctrl-C, SIGTERM or an
@@ -16,6 +17,11 @@ Phases (select with --phases):
 Every throughput/latency/watch run gets a FRESH server (new temp dataDir, new
 port): for each workload, rounds run ZooKeeper, Warden, ZooKeeper, Warden, ...
 (A B A B), and a round's ratio is Warden/ZooKeeper of that round's pair.
+
+--ensemble 3: a fresh 3-server ensemble per throughput/latency run instead, started through
+compat-tests/ensemble.py with the standalone zoo.cfg lines and command line (plus initLimit,
+syncLimit, server.N, myid); throughput clients spread over all members, the latency client on
+the lowest-myid follower. Rows are labelled "(3-node ensemble)". Other phases: standalone only.
 
 See bench/README.md.
 """
@@ -69,6 +75,7 @@ THROUGHPUT_WORKLOADS = [
 ]
 LATENCY_WORKLOADS = ["get", "create", "set"]
 ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory"]
+ENSEMBLE_PHASES = ["throughput", "latency"]  # the phases --ensemble supports
 KINDS = ["zookeeper", "warden"]
 LABEL = {"zookeeper": "ZooKeeper", "warden": "Warden"}
 
@@ -86,6 +93,7 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------
 _LIVE: dict[int, subprocess.Popen] = {}
 _TEMP_DIRS: list[Path] = []
+_ENSEMBLES: list = []  # live compat-tests ensemble.Ensemble objects (--ensemble)
 
 
 def _child_setup() -> None:
@@ -125,6 +133,12 @@ def kill_proc(proc: subprocess.Popen | None) -> None:
 
 
 def cleanup_all() -> None:
+    for ens in list(_ENSEMBLES):
+        try:
+            ens.close()  # SIGKILL every member by PID, remove its temp dirs
+        except Exception:  # noqa: BLE001 - keep cleaning up
+            pass
+        _ENSEMBLES.remove(ens)
     for proc in list(_LIVE.values()):
         kill_proc(proc)
     for d in list(_TEMP_DIRS):
@@ -314,6 +328,40 @@ def machine_info() -> dict:
 # ---------------------------------------------------------------------------
 # Servers
 # ---------------------------------------------------------------------------
+def server_cfg_lines(opts: argparse.Namespace, data_dir, port: int) -> list[str]:
+    """zoo.cfg lines shared by standalone servers and ensemble members (which add initLimit,
+    syncLimit and the server.N lines)."""
+    return [
+        f"tickTime={TICK_TIME_MS}",
+        f"dataDir={data_dir}",
+        f"clientPort={port}",
+        f"clientPortAddress={HOST}",
+        # 0 = unlimited connections per client IP (all our clients are 127.0.0.1;
+        # ZooKeeper's default of 60 would refuse the sessions/watch phases).
+        "maxClientCnxns=0",
+        *([f"clientPortListenBacklog={opts.listen_backlog}"] if opts.listen_backlog > 0 else []),
+        "4lw.commands.whitelist=*",
+        "admin.enableServer=false",
+    ]
+
+
+def server_command(opts: argparse.Namespace, kind: str, cfg_path) -> list[str]:
+    """The command line of one server process, standalone or ensemble member."""
+    if kind == "warden":
+        return [opts.warden_bin_run, "--config", str(cfg_path)]
+    return [
+        ZK_JAVA,
+        f"-Xmx{opts.zk_heap}",
+        *shlex.split(opts.zk_java_opts),
+        "-Dzookeeper.4lw.commands.whitelist=*",
+        "-Dzookeeper.admin.enableServer=false",
+        "-cp",
+        ZK_CLASSPATH,
+        ZK_MAIN,
+        str(cfg_path),
+    ]
+
+
 class Server:
     """One standalone server (Warden or ZooKeeper) with its own temp dir and port."""
 
@@ -328,42 +376,14 @@ class Server:
         self.log_path = self.base / "server.log"
         self.proc: subprocess.Popen | None = None
         self._logf = None
-        self.cfg.write_text(
-            "\n".join(
-                [
-                    f"tickTime={TICK_TIME_MS}",
-                    f"dataDir={self.data_dir}",
-                    f"clientPort={self.port}",
-                    f"clientPortAddress={HOST}",
-                    # 0 = unlimited connections per client IP (all our clients are 127.0.0.1;
-                    # ZooKeeper's default of 60 would refuse the sessions/watch phases).
-                    "maxClientCnxns=0",
-                    *([f"clientPortListenBacklog={opts.listen_backlog}"] if opts.listen_backlog > 0 else []),
-                    "4lw.commands.whitelist=*",
-                    "admin.enableServer=false",
-                ]
-            )
-            + "\n"
-        )
+        self.cfg.write_text("\n".join(server_cfg_lines(opts, self.data_dir, self.port)) + "\n")
 
     @property
     def label(self) -> str:
         return LABEL[self.kind]
 
     def command(self) -> list[str]:
-        if self.kind == "warden":
-            return [self.opts.warden_bin_run, "--config", str(self.cfg)]
-        return [
-            ZK_JAVA,
-            f"-Xmx{self.opts.zk_heap}",
-            *shlex.split(self.opts.zk_java_opts),
-            "-Dzookeeper.4lw.commands.whitelist=*",
-            "-Dzookeeper.admin.enableServer=false",
-            "-cp",
-            ZK_CLASSPATH,
-            ZK_MAIN,
-            str(self.cfg),
-        ]
+        return server_command(self.opts, self.kind, self.cfg)
 
     @property
     def pid(self) -> int | None:
@@ -437,11 +457,161 @@ class Server:
         self.close()
 
 
+def topology(opts) -> str:
+    return f"{opts.ensemble}-node ensemble" if opts.ensemble else "standalone"
+
+
+class StandaloneTarget:
+    """What a throughput/latency run measures: one fresh standalone Server."""
+
+    def __init__(self, kind: str, opts: argparse.Namespace, name: str, clients_to: str):
+        self.kind = kind
+        self.srv = Server(kind, opts, name)
+        self.info: dict = {"topology": "standalone"}
+
+    def start(self) -> None:
+        self.info["start_s"] = round(self.srv.start(), 2)
+
+    @property
+    def bench_servers(self) -> str:
+        return f"{HOST}:{self.srv.port}"
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [self.srv.pid]
+
+    def rss(self) -> int | None:
+        return self.srv.rss()
+
+    def after_run(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        self.srv.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _import_ensemble():
+    """compat-tests/ensemble.py (and harness.py), as bench/failover.py uses them."""
+    d = str(REPO_ROOT / "compat-tests")
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    import ensemble  # noqa: PLC0415 - only needed with --ensemble (it imports pytest)
+
+    return ensemble
+
+
+def bench_member_factory(opts: argparse.Namespace):
+    """Ensemble members with exactly the standalone zoo.cfg lines and command line (same JVM
+    flags: -Xmx<zk-heap>, --zk-java-opts, default GC) instead of the compat suite's
+    (-Xmx512m -XX:+UseSerialGC, extended types, super digest, 1 s container checks).
+    The ensemble adds initLimit=5, syncLimit=2 and the server.N lines; dataDir/myid per member."""
+    ensemble = _import_ensemble()
+
+    class BenchMember(ensemble.Member):
+        def _default_config_lines(self) -> list[str]:
+            return server_cfg_lines(opts, self.data_dir, self.port)
+
+        def command(self) -> list[str]:
+            return server_command(opts, self.kind, self.conf_path)
+
+    return BenchMember
+
+
+class EnsembleTarget:
+    """A fresh N-member ensemble (compat-tests/ensemble.py) of one kind.
+
+    clients_to="all": warden-bench gets every member's client port (its clients are spread
+    round-robin, myid order); "follower": only the lowest-myid follower's.
+    """
+
+    def __init__(self, kind: str, opts: argparse.Namespace, name: str, clients_to: str):
+        ensemble = _import_ensemble()
+        self.kind = kind
+        self.opts = opts
+        self.clients_to = clients_to
+        self.ens = ensemble.Ensemble(opts.ensemble, kind=kind, name=f"bench-{name}",
+                                     member_factory=bench_member_factory(opts))
+        _ENSEMBLES.append(self.ens)
+        self.info: dict = {"topology": topology(opts), "members": list(self.ens.hostports)}
+        self._servers: str | None = None
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        self.ens.start(timeout=self.opts.ensemble_start_timeout)  # closes itself on failure
+        leader = self.ens.wait_stable(60)
+        self.info["start_s"] = round(time.monotonic() - t0, 2)
+        self.info["leader_myid"] = leader + 1
+        if self.clients_to == "all":
+            self._servers = self.ens.connect_string
+            self.info["client_myids"] = list(range(1, self.ens.n + 1))
+        else:
+            followers = self.ens.followers()
+            if not followers:
+                raise RuntimeError(f"no follower serving (modes {self.ens.modes()})")
+            self._servers = self.ens.hostports[followers[0]]
+            self.info["client_myids"] = [followers[0] + 1]
+        self.info["client_role"] = "all members" if self.clients_to == "all" else "follower"
+
+    @property
+    def bench_servers(self) -> str:
+        return self._servers
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [self.ens.pid(i) for i in range(self.ens.n)]
+
+    def rss(self) -> int | None:
+        vals = [rss_bytes(p) if p else None for p in self.pids]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    def after_run(self) -> str | None:
+        """Modes after the measured run; a note if the leader changed or a member stopped serving."""
+        modes = self.ens.modes()
+        self.info["modes_after"] = modes
+        expect = self.info.get("leader_myid")
+        if modes.count("leader") != 1 or modes.index("leader") + 1 != expect or \
+                any(md not in ("leader", "follower") for md in modes):
+            return f"ensemble changed during the run: leader was myid {expect}, modes now {modes}"
+        return None
+
+    def close(self) -> None:
+        try:
+            self.ens.close()
+        finally:
+            if self.ens in _ENSEMBLES:
+                _ENSEMBLES.remove(self.ens)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def bench_target(kind: str, opts: argparse.Namespace, name: str, clients_to: str = "all"):
+    cls = EnsembleTarget if opts.ensemble else StandaloneTarget
+    return cls(kind, opts, name, clients_to)
+
+
+def sum_cpu_s(pids: list[int | None]) -> float | None:
+    vals = [proc_cpu_s(p) for p in pids]
+    return None if any(v is None for v in vals) else sum(vals)
+
+
 # ---------------------------------------------------------------------------
 # warden-bench runner
 # ---------------------------------------------------------------------------
-def run_bench(opts, port: int, args: list[str], timeout: float) -> dict:
-    cmd = [opts.bench_bin_run, "--servers", f"{HOST}:{port}", "--json", *args]
+def run_bench(opts, servers: int | str, args: list[str], timeout: float) -> dict:
+    """warden-bench --json against `servers`: a port on HOST or a host:port,... list."""
+    if isinstance(servers, int):
+        servers = f"{HOST}:{servers}"
+    cmd = [opts.bench_bin_run, "--servers", servers, "--json", *args]
     proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -470,6 +640,8 @@ def bench_problems(res: dict) -> str | None:
         notes.append(f"errors {res['errors']}")
     if res.get("client_failures"):
         notes.append(f"client failures {res['client_failures'][:3]}")
+    if res.get("ensemble_note"):
+        notes.append(res["ensemble_note"])
     return "; ".join(notes) or None
 
 
@@ -822,35 +994,57 @@ def bench_timeout(opts, extra: float = 0.0) -> float:
     return opts.duration * 2 + 180 + extra
 
 
-def phase_pairs(opts, results: dict, phase: str, rows: list[tuple[str, list[str]]]) -> None:
-    """Fresh server per run; per row, rounds go ZooKeeper, Warden, ZooKeeper, Warden, ..."""
+def phase_pairs(opts, results: dict, phase: str, rows: list[tuple[str, list[str]]],
+                clients_to: str = "all") -> None:
+    """Fresh server (or ensemble) per run; per row, rounds go ZooKeeper, Warden, ZooKeeper, Warden, ..."""
     out = results.setdefault(phase, {})
+    topo = topology(opts)
     for name, bargs in rows:
-        row = out.setdefault(name, {"args": bargs, "runs": {k: [] for k in KINDS}})
+        # Ensemble rows carry the topology in their name (Markdown and JSON); "workload" keeps
+        # the bare name for the targets.
+        key = name if not opts.ensemble else f"{name} ({topo})"
+        row = out.setdefault(key, {"workload": name, "topology": topo, "args": bargs,
+                                   "runs": {k: [] for k in KINDS}})
         for r in range(opts.rounds):
             for kind in KINDS:
-                log(f"{phase} {name}: round {r + 1}/{opts.rounds} {LABEL[kind]}")
-                with Server(kind, opts, f"{phase}-{r}") as srv:
+                log(f"{phase} {key}: round {r + 1}/{opts.rounds} {LABEL[kind]}")
+                try:
+                    tgt = bench_target(kind, opts, f"{phase}-{r}", clients_to)
+                except (OSError, RuntimeError) as e:
+                    row["runs"][kind].append({"failed": f"setup: {e}"})
+                    log(f"  setup failed: {e}")
+                    continue
+                with tgt:
                     try:
-                        srv.start()
+                        tgt.start()
                     except RuntimeError as e:
-                        row["runs"][kind].append({"failed": f"start: {e}"})
+                        row["runs"][kind].append({"failed": f"start: {e}", "target": tgt.info})
                         log(f"  start failed: {e}")
                         continue
+                    if opts.ensemble:
+                        log(f"  ensemble up in {tgt.info['start_s']:.1f}s, leader myid {tgt.info['leader_myid']}, "
+                            f"warden-bench -> myid {','.join(map(str, tgt.info['client_myids']))}")
                     if opts.warmup > 0:
                         # Same workload, unmeasured, on the same fresh server (JIT / caches warm).
                         wargs = list(bargs)
                         wargs[wargs.index("--duration") + 1] = str(opts.warmup)
-                        wres = run_bench(opts, srv.port, wargs, bench_timeout(opts))
+                        wres = run_bench(opts, tgt.bench_servers, wargs, bench_timeout(opts))
                         if "failed" in wres:
                             log(f"  warmup failed: {wres['failed']}")
-                    cpu0, m0, ru0 = proc_cpu_s(srv.pid), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
+                    pids = tgt.pids
+                    cpu0, m0, ru0 = sum_cpu_s(pids), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.monotonic()
-                    res = run_bench(opts, srv.port, bargs, bench_timeout(opts))
+                    res = run_bench(opts, tgt.bench_servers, bargs, bench_timeout(opts))
                     wall = time.monotonic() - t0
-                    cpu1, m1, ru1 = proc_cpu_s(srv.pid), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
-                    res["server_rss_end"] = srv.rss()
+                    cpu1, m1, ru1 = sum_cpu_s(pids), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
+                    res["server_rss_end"] = tgt.rss()
                     res["cpu"] = cpu_accounting(wall, cpu0, cpu1, m0, m1, ru0, ru1)
+                    if opts.ensemble:
+                        res["member_rss_end"] = [rss_bytes(p) if p else None for p in pids]
+                        note = tgt.after_run()
+                        if note:
+                            res["ensemble_note"] = note
+                        res["target"] = tgt.info
                     row["runs"][kind].append(res)
                     p = bench_problems(res)
                     if "failed" in res:
@@ -896,7 +1090,8 @@ def phase_latency(opts, results):
         (w, ["--workload", w, "--clients", "1", "--inflight", "1", "--size", "100", "--duration", str(opts.duration)])
         for w in LATENCY_WORKLOADS
     ]
-    phase_pairs(opts, results, "latency", rows)
+    # Ensemble: the single session talks to a follower (the lowest-myid one).
+    phase_pairs(opts, results, "latency", rows, clients_to="follower")
 
 
 def phase_watch(opts, results):
@@ -1088,7 +1283,9 @@ def verdict(s, target: float, higher_is_better: bool) -> str:
 def render_markdown(opts, results: dict, meta: dict) -> str:
     L: list[str] = []
     m = meta["machine"]
-    L.append("# Warden vs Apache ZooKeeper 3.8 — standalone")
+    topo = topology(opts)
+    ens = bool(opts.ensemble)
+    L.append(f"# Warden vs Apache ZooKeeper 3.8 — {topo}")
     L.append("")
     L.append(f"- Date: {meta['date']} (took {meta.get('elapsed_s', 0):.0f} s)")
     L.append(f"- Command: `{meta['command']}`")
@@ -1101,22 +1298,32 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
     L.append(f"- Servers: {meta.get('zk_version', 'ZooKeeper ?')} on {m.get('java')} "
              f"(`-Xmx{opts.zk_heap} {opts.zk_java_opts}`, default GC unless set); "
              f"Warden `{meta.get('warden_version', '?')}` ({meta.get('warden_bin')}). "
-             f"Both standalone, fsync on (defaults), tickTime={TICK_TIME_MS}, maxClientCnxns=0, "
+             + (f"Both as {topo}s (server.1-{opts.ensemble} on 127.0.0.1, one zoo.cfg per member with its own "
+                f"clientPort and dataDir/myid, initLimit=5, syncLimit=2 as compat-tests/ensemble.py; every member "
+                f"started with the standalone command line above)" if ens else "Both standalone")
+             + f", fsync on (defaults), tickTime={TICK_TIME_MS}, maxClientCnxns=0, "
              "127.0.0.1, fresh temp dataDir.")
     L.append(
         "- **Note: the load generator (warden-bench / the Python loader) runs on the same "
         f"{m.get('nproc')} cores as the server under test**, so absolute numbers are lower than on "
         "separate machines and a server that burns less CPU leaves more for the client."
     )
-    L.append(f"- Method: a fresh server (new port, new temp dataDir) for every throughput/latency/watch run; "
+    if ens:
+        L.append(f"- **{topo}**: throughput clients are spread round-robin over all {opts.ensemble} members "
+                 "(`warden-bench --servers` with every client port, myid order); the latency client talks to one "
+                 "follower (the lowest-myid follower once the ensemble is stable). Server CPU and RSS are the sums "
+                 "over the members. The targets are the standalone ones, applied with the same ratio logic.")
+    L.append(f"- Method: a fresh {'ensemble (new ports, new temp dataDirs)' if ens else 'server (new port, new temp dataDir)'} "
+             f"for every {'throughput/latency' if ens else 'throughput/latency/watch'} run; "
              f"per workload the runs alternate ZooKeeper, Warden, ZooKeeper, Warden ... for {opts.rounds} round(s) "
              f"of {opts.duration:g} s each (after {opts.warmup:g} s of unmeasured warm-up of the same workload "
-             "on the same server); the ratio is Warden/ZooKeeper within a round; "
+             f"on the same {'ensemble' if ens else 'server'}); the ratio is Warden/ZooKeeper within a round; "
              "min / median / max over rounds.")
     L.append("")
 
     if "throughput" in results:
-        L.append("## Throughput (16 sessions x 8 in flight, 100-byte values)")
+        L.append(f"## Throughput — {topo} (16 sessions x 8 in flight"
+                 + (f" spread over all {opts.ensemble} servers" if ens else "") + ", 100-byte values)")
         L.append("")
         L.append(f"Target: Warden/ZooKeeper >= {THROUGHPUT_TARGET:g}.")
         L.append("")
@@ -1135,7 +1342,8 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
         L.append("")
 
     if "latency" in results:
-        L.append("## Latency (1 session x 1 in flight, 100-byte values), ms")
+        L.append(f"## Latency — {topo} (1 session x 1 in flight"
+                 + (" on a follower (lowest myid)" if ens else "") + ", 100-byte values), ms")
         L.append("")
         L.append("Targets: Warden/ZooKeeper p50 and p99 <= 0.5 for get, <= 0.75 for create and set.")
         L.append("")
@@ -1146,7 +1354,7 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
             zk, wd = row["runs"]["zookeeper"], row["runs"]["warden"]
             s50 = stats3(paired_ratios(zk, wd, "p50_ms"))
             s99 = stats3(paired_ratios(zk, wd, "p99_ms"))
-            t = LATENCY_TARGETS.get(name, 0.75)
+            t = LATENCY_TARGETS.get(row.get("workload", name), 0.75)
             notes = sorted({f"{LABEL[k]}: {p}" for k in KINDS for r in row["runs"][k] if (p := bench_problems(r))})
 
             def per_round(runs):
@@ -1173,7 +1381,8 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
 
     cpu_rows = [(ph, name, row) for ph in ("throughput", "latency") for name, row in results.get(ph, {}).items()]
     if cpu_rows:
-        L.append("## CPU during the throughput/latency runs (cores = CPU-seconds per second, whole bench run incl. setup)")
+        L.append("## CPU during the throughput/latency runs (cores = CPU-seconds per second, whole bench run incl. setup)"
+                 + (f" — {topo}, server = sum over the {opts.ensemble} members" if ens else ""))
         L.append("")
         L.append("Per round: server / warden-bench / other. \"other\" is everything else on the machine "
                  f"(busy CPU from /proc/stat minus the two); with {meta['machine'].get('nproc')} cores, "
@@ -1195,6 +1404,30 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
 
         for ph, name, row in cpu_rows:
             L.append(f"| {ph} | {name} | {cpu_cell(row['runs']['zookeeper'])} | {cpu_cell(row['runs']['warden'])} |")
+        L.append("")
+
+    if ens and cpu_rows:
+        L.append(f"## {topo}: leader and the server(s) warden-bench talked to, per run")
+        L.append("")
+        L.append("Per round: leader myid / myid(s) warden-bench connected to / seconds from spawn until one "
+                 "leader and every member serving.")
+        L.append("")
+        L.append("| phase | workload | ZooKeeper runs | Warden runs |")
+        L.append("|---|---|---|---|")
+
+        def ens_cell(runs):
+            cells = []
+            for r in runs:
+                t = (r or {}).get("target") or {}
+                if "leader_myid" not in t:
+                    cells.append("FAIL")
+                else:
+                    cells.append(f"{t['leader_myid']} / {','.join(map(str, t.get('client_myids', [])))} / "
+                                 f"{t.get('start_s', 0):.1f} s")
+            return ", ".join(cells)
+
+        for ph, name, row in cpu_rows:
+            L.append(f"| {ph} | {name} | {ens_cell(row['runs']['zookeeper'])} | {ens_cell(row['runs']['warden'])} |")
         L.append("")
 
     if "memory" in results:
@@ -1330,7 +1563,8 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
 # ---------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        description="Benchmark Warden against Apache ZooKeeper 3.8 (standalone) on this machine.",
+        description="Benchmark Warden against Apache ZooKeeper 3.8 (standalone, or 3-server ensembles "
+                    "with --ensemble 3) on this machine.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     ap.add_argument("--rounds", type=int, default=3, help="A/B rounds per throughput/latency/watch workload")
@@ -1341,8 +1575,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--sessions", type=int, default=10_000, help="concurrent sessions for the sessions phase")
     ap.add_argument("--session-hold", type=float, default=60.0, help="seconds the sessions are held")
     ap.add_argument("--watchers", type=int, default=10_000, help="watchers on one node for the watch phase")
-    ap.add_argument("--phases", default=",".join(ALL_PHASES),
-                    help=f"comma-separated subset of {','.join(ALL_PHASES)} (memory includes the restart test)")
+    ap.add_argument("--phases", default=None,
+                    help=f"comma-separated subset of {','.join(ALL_PHASES)} (memory includes the restart test); "
+                         f"default: all, or {','.join(ENSEMBLE_PHASES)} with --ensemble")
     ap.add_argument("--markdown", metavar="FILE", help="also write the Markdown report here")
     ap.add_argument("--json", metavar="FILE", help="write all raw numbers here")
     ap.add_argument("--warden-bin", default=str(REPO_ROOT / "target/release/warden"))
@@ -1360,24 +1595,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--watch-tool", choices=["python", "bench"], default="python",
                     help="watch fan-out client: this script's raw-jute epoll client, or warden-bench --workload watch "
                          "(which deadlocks until session expiry in the current build; see README)")
-    ap.add_argument("--ensemble", action="store_true", help="3-node ensembles (NOT YET SUPPORTED)")
+    ap.add_argument("--ensemble", type=int, default=0, metavar="N",
+                    help="run the throughput and latency phases against N-server ensembles of each kind "
+                         "(N=3; 0 = standalone). Throughput clients are spread over all members, the latency "
+                         "client talks to the lowest-myid follower. Other phases are standalone-only.")
+    ap.add_argument("--ensemble-start-timeout", type=float, default=180.0,
+                    help="seconds to wait for a fresh ensemble to elect a leader and serve on every member")
     opts = ap.parse_args(argv)
-    if opts.ensemble:
-        ap.exit(2, "compare.py: --ensemble is not yet supported (standalone only for now; "
-                   "see the ENSEMBLE hook in bench/compare.py)\n")
+    if opts.ensemble and (opts.ensemble < 3 or opts.ensemble % 2 == 0):
+        ap.error("--ensemble N needs an odd N >= 3 (e.g. --ensemble 3), or 0 for standalone")
+    if opts.phases is None:
+        opts.phases = ",".join(ENSEMBLE_PHASES if opts.ensemble else ALL_PHASES)
     phases = [p.strip() for p in opts.phases.split(",") if p.strip()]
     bad = [p for p in phases if p not in ALL_PHASES]
     if bad:
         ap.error(f"unknown phase(s) {bad}; choose from {ALL_PHASES}")
+    if opts.ensemble and (standalone_only := [p for p in phases if p not in ENSEMBLE_PHASES]):
+        ap.error(f"phase(s) {','.join(standalone_only)} are standalone-only; with --ensemble use "
+                 f"--phases {','.join(ENSEMBLE_PHASES)} (or a subset), and run the others in a separate "
+                 "standalone invocation")
     opts.phase_list = phases
     if opts.rounds < 1 or opts.duration <= 0 or opts.znodes < 1 or opts.sessions < 1 or opts.watchers < 1:
         ap.error("--rounds, --duration, --znodes, --sessions and --watchers must be positive")
     return opts
-
-
-# ENSEMBLE hook: a later version will start 3-member ensembles of each server
-# (server.N lines + myid, same ports scheme), pass all three client ports to
-# warden-bench --servers, and add the ensemble rows (plus leader failover time).
 
 
 def main(argv=None) -> int:
@@ -1389,6 +1629,12 @@ def main(argv=None) -> int:
     if not os.path.exists(ZK_JAVA) or not os.path.exists("/usr/share/java/zookeeper.jar"):
         print("compare.py: Debian's zookeeper package / java not found", file=sys.stderr)
         return 2
+    if opts.ensemble:
+        try:
+            _import_ensemble()
+        except ImportError as e:
+            print(f"compare.py: --ensemble needs compat-tests/ensemble.py and its imports ({e})", file=sys.stderr)
+            return 2
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
@@ -1410,6 +1656,7 @@ def main(argv=None) -> int:
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
         "machine": machine_info(),
+        "topology": topology(opts),
         "problems": problems,
     }
     results: dict = {}

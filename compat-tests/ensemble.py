@@ -14,6 +14,8 @@ are SIGKILLed by PID and temp dirs removed in `close()`, at interpreter exit
 
 API (indices are 0-based; member i has myid i+1):
   ens = Ensemble(3, kind=None, extra_cfg=None).start()   # or `with Ensemble(3) as ens:`
+                       (member_factory=callable(kind, name, myid, cfg, client_port) builds the
+                       members instead of Member, e.g. a subclass with another command line)
   ens.hostports        ["127.0.0.1:P1", ...]
   ens.connect_string   "127.0.0.1:P1,127.0.0.1:P2,..."
   ens.mode(i)          "leader" | "follower" | "not serving" | "down" | "stopped" | "no reply"
@@ -123,7 +125,10 @@ class Member(harness.Server):
 
 class Ensemble:
     def __init__(self, n: int, kind: str | None = None, name: str = "ens",
-                 extra_cfg: dict[str, object] | None = None):
+                 extra_cfg: dict[str, object] | None = None, member_factory=None):
+        # member_factory(kind, name, myid, cfg, client_port) -> Member (or a subclass):
+        # lets a caller such as bench/compare.py change a member's command line or
+        # default zoo.cfg lines; None = Member, as the compat tests use.
         self.n = n
         self.kind = kind or harness.default_kind()
         ports = free_ports(3 * n)
@@ -141,7 +146,8 @@ class Ensemble:
         self._down: set[int] = set()  # stopped or killed on purpose (not yet restarted)
         try:
             for i in range(n):
-                self.members.append(Member(self.kind, f"{name}-{i + 1}", i + 1, cfg, client_ports[i]))
+                self.members.append((member_factory or Member)(self.kind, f"{name}-{i + 1}", i + 1, cfg,
+                                                               client_ports[i]))
         except BaseException:
             self.close()
             raise
