@@ -4,9 +4,11 @@ Each test starts its own ensemble (ensemble.py) of kind COMPAT_SERVER, so the
 same tests run against Apache ZooKeeper 3.8 ensembles (to prove them) and
 against Warden. Sessions use a 4 s timeout (tickTime 2000).
 
-Fault tests run fenced lock clients (ensemble_worker.py) in subprocesses:
-each holder appends [token, worker, n] to a JSON list in a guarded znode
-with setData(version it read); token = its lock node's sequence number.
+Fault tests run fenced lock clients in subprocesses (ensemble_worker.py on
+kazoo's Lock; curator/src/warden/compat/FencedLockWorker.java, on Curator's
+InterProcessMutex, speaks the same JSON-lines protocol): each holder appends
+[token, worker, n] to a JSON list in a guarded znode with setData(version it
+read); token = its lock node's sequence number.
 Afterwards the list, read from every member after sync, must be identical
 everywhere, contain every write any client saw acknowledged, and have
 non-decreasing tokens; a check-and-set refused while its writer held the
@@ -38,6 +40,8 @@ from ensemble import srvr_mode
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ensemble_worker.py")
 CURATOR_RUN = os.path.join(HERE, "curator", "run_ensemble.sh")
+CURATOR_DIR = os.path.join(HERE, "curator")
+CURATOR_WORKER_MAIN = "warden.compat.FencedLockWorker"  # run by curator/run.sh via CURATOR_COMPAT_MAIN
 SESSION_TIMEOUT = 4.0  # seconds; ZooKeeper and Warden negotiate 4000 ms with tickTime 2000
 
 pytestmark = pytest.mark.timeout(150)
@@ -109,11 +113,18 @@ def connected_port(c: KazooClient) -> int | None:
 
 
 class LockRun:
-    """Fenced lock workers (subprocesses) against one ensemble, and the checks made afterwards."""
+    """Fenced lock workers (subprocesses) against one ensemble, and the checks made afterwards.
 
-    def __init__(self, ens, tmp_path, make_client, worker_hosts: list[list[str]], **cfg):
+    worker="kazoo" runs ensemble_worker.py; worker="curator" runs FencedLockWorker.java through
+    curator/run.sh (same config, same events; its stderr goes to tmp_path/curator-worker-N.log)."""
+
+    def __init__(self, ens, tmp_path, make_client, worker_hosts: list[list[str]], worker: str = "kazoo", **cfg):
+        assert worker in ("kazoo", "curator"), worker
         self.ens = ens
         self.make_client = make_client
+        self.worker = worker
+        self.tmp_path = tmp_path
+        self.logs: list[str | None] = []
         base = uniq("fenced")
         self.lock = base + "/lock"
         self.fence = base + "/fence"
@@ -136,9 +147,20 @@ class LockRun:
                    stop=self.stop_file, writes_per_hold=2, hold_s=0.02, session_timeout=SESSION_TIMEOUT)
         cfg.update(self.cfg)
         cfg.update(over)
-        proc = subprocess.Popen([sys.executable, WORKER, json.dumps(cfg)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=HERE)
+        if self.worker == "curator":
+            log = str(self.tmp_path / f"curator-worker-{wid}.log")
+            env = dict(os.environ, CURATOR_COMPAT_MAIN=CURATOR_WORKER_MAIN,
+                       CURATOR_COMPAT_LOG=os.environ.get("CURATOR_COMPAT_LOG", "warn"))
+            with open(log, "w") as err:  # a file, not a pipe nobody reads: Curator logs with stack traces
+                proc = subprocess.Popen([os.path.join(CURATOR_DIR, "run.sh"), json.dumps(cfg)],
+                                        stdout=subprocess.PIPE, stderr=err, text=True, cwd=HERE, env=env,
+                                        preexec_fn=harness._die_with_parent)
+        else:
+            log = None
+            proc = subprocess.Popen([sys.executable, WORKER, json.dumps(cfg)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, cwd=HERE)
         harness._LIVE[proc.pid] = proc  # killed at interpreter exit if a test forgets
+        self.logs.append(log)
         evs: list[dict] = []
         self.events.append(evs)
         self.procs.append(proc)
@@ -196,6 +218,9 @@ class LockRun:
                 kinds[e["ev"]] = kinds.get(e["ev"], 0) + 1
             errs = [e for e in evs if e["ev"] in ("error", "rejected", "fenced")][-3:]
             parts.append(f"worker {w} (rc {self.procs[w].poll()}): {kinds} {errs}")
+            if self.logs[w] and self.procs[w].poll() is not None:
+                with open(self.logs[w], errors="replace") as f:
+                    parts.append("  stderr tail: " + "  ".join(f.readlines()[-5:]))
         return "\n".join(parts)
 
     def finish(self, timeout: float = 40.0) -> None:
@@ -272,6 +297,13 @@ def start_lock_run(ens, tmp_path, clients, lock_runs, worker_first: list[int], *
     run = LockRun(ens, tmp_path, clients, [rotated(ens.hostports, f) for f in worker_first], **cfg)
     lock_runs.append(run)
     return run
+
+
+@pytest.fixture(scope="module")
+def curator_built():
+    """Compile the Curator programs once, before a test's clock matters (curator/run.sh would, per worker)."""
+    proc = subprocess.run([os.path.join(CURATOR_DIR, "build.sh")], capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -553,12 +585,10 @@ def test_two_of_five_kill9_under_lock_load(ensemble5, clients, lock_runs, tmp_pa
     run.verify()
 
 
-def test_rolling_restart_under_lock_load(ensemble3, clients, lock_runs, tmp_path):
-    """Restart every member in turn (SIGTERM, start) while lock clients run: writes continue throughout, nothing is lost."""
-    ens = ensemble3
-    run = start_lock_run(ens, tmp_path, clients, lock_runs, [0, 1, 2])
-    run.wait_acks(6)
-    for i in range(3):
+def rolling_restart(ens, run: LockRun, first_acks_timeout: float = 30.0) -> list[list]:
+    """SIGTERM and restart each member in turn; writes must go on while it is down and after; then verify."""
+    run.wait_acks(6, timeout=first_acks_timeout)
+    for i in range(ens.n):
         t = time.time()
         ens.stop(i)
         ens.wait_stable(30)
@@ -567,7 +597,31 @@ def test_rolling_restart_under_lock_load(ensemble3, clients, lock_runs, tmp_path
         ens.wait_stable(30)
         run.wait_acks(3, since=time.time(), timeout=30)
     run.finish()
-    run.verify()
+    return run.verify()
+
+
+def test_rolling_restart_under_lock_load(ensemble3, clients, lock_runs, tmp_path):
+    """Restart every member in turn (SIGTERM, start) while lock clients run: writes continue throughout, nothing is lost."""
+    run = start_lock_run(ensemble3, tmp_path, clients, lock_runs, [0, 1, 2])
+    rolling_restart(ensemble3, run)
+
+
+def test_rolling_restart_under_curator_lock_load(curator_built, ensemble3, clients, lock_runs, tmp_path):
+    """The same with Curator InterProcessMutex clients (FencedLockWorker.java), client i starting on member i."""
+    ens = ensemble3
+    run = start_lock_run(ens, tmp_path, clients, lock_runs, [0, 1, 2], worker="curator")
+    hist = rolling_restart(ens, run, first_acks_timeout=60)  # three JVMs start on 2 cores
+    for w in range(3):
+        first = next(e for e in run.events[w] if e["ev"] == "session")
+        assert first["server"] == ens.hostports[w], f"worker {w} first connected to {first['server']}, not member {w}"
+        assert any(e["ev"] == "done" for e in run.events[w]), f"worker {w} did not end cleanly; {run.summary()}"
+    susp = [e["suspended_s"] for _, e in run.all_events("state") if e.get("suspended_s") is not None]
+    acks = run.all_events("ack")
+    print(f"curator rolling restart: {len(hist)} fence entries, {len(acks)} acknowledged "
+          f"({[sum(1 for w, _ in acks if w == k) for k in range(3)]} per worker), "
+          f"{len(run.all_events('acquired'))} holds, {len(run.all_events('retry'))} retried connection errors, "
+          f"{len(run.all_events('error'))} errors, {len(susp)} reconnects, longest SUSPENDED "
+          f"{max(susp, default=0):.2f}s (Curator declares LOST itself after the {SESSION_TIMEOUT:.0f}s session timeout)")
 
 
 @pytest.mark.parametrize("role", ["follower", "leader"])
