@@ -97,10 +97,12 @@ def test_metrics_has_zookeeper_names(metrics_server):
         assert samples["ephemerals_count"] >= 1 and samples["watch_count"] >= 1
         assert samples["quorum_size"] == 1
         assert samples["warden_raft_term"] >= 1 and samples["warden_raft_applied_index"] >= 1
-        # per-op request latency summary, labelled by op
+        # per-op request latency histogram, labelled by op
         assert any(k.startswith('warden_request_latency_seconds_count{op="create"') for k in samples), \
             [k for k in samples if k.startswith("warden_request_latency")]
-        assert types.get("warden_request_latency_seconds") == ["summary"]
+        assert any(k.startswith('warden_request_latency_seconds_bucket{op="create",le="0.001"') for k in samples), \
+            [k for k in samples if k.startswith("warden_request_latency")][:10]
+        assert types.get("warden_request_latency_seconds") == ["histogram"]
     finally:
         zk.stop()
         zk.close()

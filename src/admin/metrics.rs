@@ -12,9 +12,23 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::dispatch::Dispatcher;
 
+/// Bucket bounds (seconds) for every `*_seconds` histogram: request latency per opcode, fsync
+/// time. 100 µs to 10 s, so a histogram aggregates across servers as summaries cannot.
+const SECONDS_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
 /// Installs the global recorder; call once, before anything records.
 pub fn install() -> Option<PrometheusHandle> {
-    match PrometheusBuilder::new().install_recorder() {
+    let builder = match PrometheusBuilder::new()
+        .set_buckets_for_metric(metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+    {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics buckets not set");
+            PrometheusBuilder::new()
+        }
+    };
+    match builder.install_recorder() {
         Ok(h) => Some(h),
         Err(e) => {
             tracing::warn!(error = %e, "metrics recorder not installed");
