@@ -35,7 +35,7 @@ from kazoo.exceptions import BadVersionError, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 import harness
-from ensemble import srvr_mode
+from ensemble import Ensemble, srvr_mode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ensemble_worker.py")
@@ -690,6 +690,39 @@ def test_ephemeral_survives_when_client_moves_to_another_member(ensemble3, clien
     c.stop()
     obs.sync(path)
     assert obs.exists(path) is None, "closing the session did not delete its ephemeral"
+
+
+def test_follower_back_after_long_absence_catches_up_from_snapshot(clients):
+    """A follower is down while the others write far past snapCount and compact their logs; restarted, it catches up (from a snapshot) and serves every write."""
+    n_writes = 1500  # one log entry each (sequential creates): well past snapCount + the 1000 entries kept
+    with Ensemble(3, name="ens-snap", extra_cfg={"snapCount": 200}) as ens:
+        leader = ens.leader()
+        away = (leader + 1) % 3
+        c = clients([ens.hostports[leader]])
+        base = uniq("ens-snap")
+        c.create(base, b"")
+        c.create(f"{base}/before", b"b")
+        ens.kill(away)
+        for i in range(n_writes):
+            c.create(f"{base}/n{i:05d}", str(i).encode())
+        c.set(base, b"last")
+        ens.start(away)
+        ens.wait_stable(60)
+        f = clients([ens.hostports[away]])
+        f.sync(base)
+        assert f.get(base)[0] == b"last"
+        kids = f.get_children(base)
+        assert len(kids) == n_writes + 1, f"{len(kids)} children on the returning follower"
+        for i in (0, n_writes // 2, n_writes - 1):
+            assert f.get(f"{base}/n{i:05d}")[0] == str(i).encode()
+        f.create(f"{base}/after", b"a")  # and it takes writes
+        c.sync(base)
+        assert c.exists(f"{base}/after") is not None
+        if WARDEN:
+            log = open(ens.members[away].log_path, errors="replace").read()
+            assert "snapshot installed from the leader" in log, "the follower caught up without a snapshot: " + log[-1500:]
+            llog = open(ens.members[leader].log_path, errors="replace").read()
+            assert "snapshot written" in llog
 
 
 def test_leader_sigterm_hands_over_and_clients_keep_sessions(ensemble3, clients):

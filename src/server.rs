@@ -65,7 +65,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
     let log_store = LogStore::open(&layout.log_file())?;
     let (applied, _) = tokio::sync::watch::channel(0i64);
-    let shared = Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied });
+    let shared =
+        Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied, snapshot_zxid: Default::default() });
     let watches = Arc::new(WatchManager::default());
     let sessions = Arc::new(SessionTracker::new(config.server_id));
     let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
@@ -158,6 +159,7 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         )));
     }
     tasks.push(tokio::spawn(watch_quorum(dispatcher.clone(), serving_tx, stop_rx.clone())));
+    tasks.push(tokio::spawn(snapshot_by_txns(dispatcher.clone(), stop_rx.clone())));
 
     let (client_ip, client_port) = match config.servers.get(&id).and_then(|s| s.client.clone()) {
         Some((host, port)) => (host.parse().unwrap_or(config.client_port_address), port),
@@ -252,6 +254,38 @@ async fn watch_quorum(
         if *serving.borrow() != ok {
             tracing::info!(serving = ok, leader = ?m.current_leader, "client service {}", if ok { "resumed" } else { "suspended" });
             let _ = serving.send(ok);
+        }
+    }
+}
+
+/// Takes a snapshot once `snapCount` txns were applied since the last one, as ZooKeeper counts
+/// them: one Raft entry carries a whole group-commit batch, so openraft's own entry-count
+/// policy (kept as a backstop) would let the log, and a restart's replay, grow many times
+/// longer. Each server snapshots on its own, as in ZooKeeper.
+async fn snapshot_by_txns(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<bool>) {
+    use std::sync::atomic::Ordering;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut pending: Option<(i64, tokio::time::Instant)> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let taken = d.shared.snapshot_zxid.load(Ordering::Relaxed);
+        if let Some((from, since)) = pending {
+            // Wait for the one asked for (or give up after a while and ask again).
+            if taken == from && since.elapsed() < Duration::from_secs(60) {
+                continue;
+            }
+            pending = None;
+        }
+        let applied = *d.shared.applied.borrow();
+        if applied - taken >= d.config.snap_count as i64 {
+            tracing::info!(applied, since_last = applied - taken, "snapCount txns since the last snapshot: taking one");
+            if d.raft.trigger().snapshot().await.is_err() {
+                return;
+            }
+            pending = Some((taken, tokio::time::Instant::now()));
         }
     }
 }

@@ -28,7 +28,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
         let dir = tempfile::tempdir().expect("temp dir");
         let log = LogStore::open(&dir.path().join("raft-log.redb")).expect("open log");
         let (applied, _) = tokio::sync::watch::channel(0);
-        let shared = Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied });
+        let shared =
+            Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied, snapshot_zxid: Default::default() });
         let sm = StateMachine::open(&dir.path().join("snapshots"), shared, Arc::new(NoHook)).expect("open sm");
         Ok((dir, log, sm))
     }

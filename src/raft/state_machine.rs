@@ -51,6 +51,9 @@ pub struct SharedTree {
     pub tree: RwLock<DataTree>,
     /// Last applied zxid, for waiters (a client's read after its own write, sync).
     pub applied: tokio::sync::watch::Sender<i64>,
+    /// The zxid of the newest snapshot taken or loaded: snapCount counts txns from here, as
+    /// ZooKeeper's does (a log entry may carry a whole batch of them).
+    pub snapshot_zxid: std::sync::atomic::AtomicI64,
 }
 
 impl SharedTree {
@@ -87,7 +90,6 @@ pub struct StateMachine {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, openraft::BasicNode>,
     dir: PathBuf,
-    current: Option<(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>)>,
 }
 
 fn snapshot_path(dir: &Path, log_id: &Option<LogId<u64>>) -> PathBuf {
@@ -149,7 +151,6 @@ impl StateMachine {
             last_applied: None,
             membership: StoredMembership::default(),
             dir: dir.to_owned(),
-            current: None,
         };
         if let Some(path) = newest_snapshot(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
             let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
@@ -158,11 +159,10 @@ impl StateMachine {
             file.tree.compute_digest();
             sm.last_applied = file.last_applied;
             sm.membership = file.membership.clone();
-            let meta = meta_for(&file);
             let last_zxid = file.tree.last_zxid();
             *sm.shared.write() = file.tree;
             sm.shared.applied.send_replace(last_zxid);
-            sm.current = Some((meta, bytes));
+            sm.shared.snapshot_zxid.store(last_zxid, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(sm)
     }
@@ -239,12 +239,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let tree = self.shared.read().clone();
+        self.shared.snapshot_zxid.store(tree.last_zxid(), std::sync::atomic::Ordering::Relaxed);
         SnapshotBuilder {
-            file: SnapshotFile {
-                last_applied: self.last_applied,
-                membership: self.membership.clone(),
-                tree: self.shared.read().clone(),
-            },
+            file: SnapshotFile { last_applied: self.last_applied, membership: self.membership.clone(), tree },
             dir: self.dir.clone(),
         }
     }
@@ -267,7 +265,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let last_zxid = file.tree.last_zxid();
         *self.shared.write() = file.tree;
         self.shared.applied.send_replace(last_zxid);
-        self.current = Some((meta.clone(), bytes));
+        tracing::info!(
+            index = meta.last_log_id.map_or(0, |l| l.index),
+            bytes = bytes.len(),
+            zxid = last_zxid,
+            "snapshot installed from the leader"
+        );
+        self.shared.snapshot_zxid.store(last_zxid, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -277,6 +281,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let file: SnapshotFile = postcard::from_bytes(&bytes).map_err(sm_err)?;
             return Ok(Some(Snapshot { meta: meta_for(&file), snapshot: Box::new(Cursor::new(bytes)) }));
         }
-        Ok(self.current.as_ref().map(|(m, b)| Snapshot { meta: m.clone(), snapshot: Box::new(Cursor::new(b.clone())) }))
+        Ok(None)
     }
 }
