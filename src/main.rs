@@ -33,7 +33,18 @@ struct Args {
     log_level: String,
 }
 
+/// Turns transparent huge pages off for this process. mimalloc asks for them, and the kernel
+/// then zeroes a whole 2 MiB page on the first touch of each: restarting with 1,000,000
+/// znodes spent 45% of its time in `clear_page_erms` and took 5.7-6.9 s instead of 2.8-3.0 s
+/// (and more RSS).
+fn disable_transparent_huge_pages() {
+    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
+        eprintln!("warden: PR_SET_THP_DISABLE failed ({e}); continuing with transparent huge pages");
+    }
+}
+
 fn main() -> std::process::ExitCode {
+    disable_transparent_huge_pages();
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log_level));
