@@ -68,7 +68,7 @@ impl SharedTree {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, Clone)]
 struct SnapshotFile {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, openraft::BasicNode>,
@@ -120,15 +120,29 @@ fn meta_for(file: &SnapshotFile) -> SnapshotMeta<u64, openraft::BasicNode> {
 
 /// Writes a snapshot durably: temp file, fsync, rename, fsync the directory; then removes
 /// older snapshots.
-fn write_snapshot(dir: &Path, last: &Option<LogId<u64>>, bytes: &[u8]) -> std::io::Result<()> {
+fn write_snapshot(dir: &Path, last: &Option<LogId<u64>>, bytes: &[u8]) -> std::io::Result<u64> {
+    use std::io::Write;
+    write_snapshot_with(dir, last, |w| w.write_all(bytes))
+}
+
+/// Writes a snapshot file durably through `fill` (temp file, fsync, rename, fsync the
+/// directory), removes older ones, and returns the file's size.
+fn write_snapshot_with(
+    dir: &Path,
+    last: &Option<LogId<u64>>,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> std::io::Result<u64> {
     use std::io::Write;
     let path = snapshot_path(dir, last);
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+    let size = {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        fill(&mut w)?;
+        w.flush()?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
-    }
+        f.metadata()?.len()
+    };
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
     for entry in std::fs::read_dir(dir)? {
@@ -138,7 +152,7 @@ fn write_snapshot(dir: &Path, last: &Option<LogId<u64>>, bytes: &[u8]) -> std::i
             let _ = std::fs::remove_file(&p);
         }
     }
-    Ok(())
+    Ok(size)
 }
 
 impl StateMachine {
@@ -177,18 +191,28 @@ pub struct SnapshotBuilder {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let started = std::time::Instant::now();
-        let bytes = postcard::to_stdvec(&self.file).map_err(snap_err)?;
-        write_snapshot(&self.dir, &self.file.last_applied, &bytes).map_err(snap_err)?;
+        // Streamed to the file on a blocking thread: no second copy of the whole tree in
+        // memory, and the runtime's workers keep serving meanwhile. openraft keeps only the
+        // returned meta; followers get the data from the file (`get_current_snapshot`).
+        let (file, dir) = (self.file.clone(), self.dir.clone());
+        let size = tokio::task::spawn_blocking(move || {
+            write_snapshot_with(&dir, &file.last_applied, |w| {
+                postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
+            })
+        })
+        .await
+        .map_err(snap_err)?
+        .map_err(snap_err)?;
         metrics::gauge!("warden_raft_snapshot_build_seconds").set(started.elapsed().as_secs_f64());
-        metrics::gauge!("warden_raft_snapshot_bytes").set(bytes.len() as f64);
+        metrics::gauge!("warden_raft_snapshot_bytes").set(size as f64);
         metrics::counter!("warden_raft_snapshots_built").increment(1);
         tracing::info!(
             index = self.file.last_applied.map_or(0, |l| l.index),
-            bytes = bytes.len(),
+            bytes = size,
             ms = started.elapsed().as_millis() as u64,
             "snapshot written"
         );
-        Ok(Snapshot { meta: meta_for(&self.file), snapshot: Box::new(Cursor::new(bytes)) })
+        Ok(Snapshot { meta: meta_for(&self.file), snapshot: Box::new(Cursor::new(Vec::new())) })
     }
 }
 
