@@ -109,11 +109,11 @@ async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
     }
 }
 
-/// Fails every txn queued right now. After a batch fails (the leader changed or cannot be
-/// reached), what queued behind it was sent under the old leadership and its clients have
-/// been or will be disconnected; proposing it later, to a new leader, could apply a session's
-/// write after writes it made since through another server. ZooKeeper drops such requests
-/// too when a server loses its leader.
+/// Fails every txn queued right now. After this server's own batch fails as leader (it lost
+/// the leadership, e.g. cut off by a partition), what queued behind it was sent to a leader
+/// that is no more, and its clients have been or will be disconnected; forwarding it later to
+/// the new leader could apply a session's write after writes it made since through another
+/// server. ZooKeeper drops such requests too when its leader steps down.
 fn fail_queued(rx: &mut mpsc::Receiver<(Txn, Waiter)>, e: &str) {
     let mut n = 0usize;
     while let Ok((_, w)) = rx.try_recv() {
@@ -128,7 +128,8 @@ fn fail_queued(rx: &mut mpsc::Receiver<(Txn, Waiter)>, e: &str) {
 async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receiver<(Txn, Waiter)>) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut peers: HashMap<u64, PeerClient> = HashMap::new();
-    // Bumped by a batch that failed; the loop then fails what is queued (see `fail_queued`).
+    // Bumped when a batch proposed here as leader fails; the loop then fails what is queued
+    // (see `fail_queued`).
     let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut seen_failures = 0u64;
     loop {
@@ -136,7 +137,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
         let now_failed = failures.load(std::sync::atomic::Ordering::Acquire);
         if now_failed != seen_failures {
             seen_failures = now_failed;
-            fail_queued(&mut rx, "an earlier batch failed: leadership changed");
+            fail_queued(&mut rx, "this server lost the leadership");
         }
         let Some(first) = rx.recv().await else { return };
         let mut bytes = txn_bytes(&first.0);
@@ -154,7 +155,6 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
         metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
         let Some((leader_id, leader_addr)) = leader(&raft, Duration::from_secs(3)).await else {
             fail_all(waiters, "no leader");
-            fail_queued(&mut rx, "no leader");
             continue;
         };
         if leader_id == me {
@@ -197,32 +197,20 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
         match client.start(PeerRequest::Forward(TxnBatch { txns }), FORWARD_TIMEOUT).await {
             Ok(answer) => {
                 let mut applied = shared.applied.subscribe();
-                let failures = failures.clone();
+                // A failed forward leaves what is queued here alone: it goes to the current
+                // leader next (this server lost no leadership of its own).
                 tokio::spawn(async move {
-                    let failed = match answer.await {
+                    match answer.await {
                         Ok(PeerResponse::Forward(Ok(results))) => {
                             let last = results.iter().map(|r| r.zxid).max().unwrap_or(0);
                             let _ = tokio::time::timeout(FORWARD_TIMEOUT, applied.wait_for(|z| *z >= last)).await;
                             for (w, r) in waiters.into_iter().zip(results) {
                                 let _ = w.send(Ok(r));
                             }
-                            false
                         }
-                        Ok(PeerResponse::Forward(Err(e))) => {
-                            fail_all(waiters, &e);
-                            true
-                        }
-                        Ok(_) => {
-                            fail_all(waiters, "unexpected answer to a forwarded batch");
-                            true
-                        }
-                        Err(e) => {
-                            fail_all(waiters, &e.to_string());
-                            true
-                        }
-                    };
-                    if failed {
-                        failures.fetch_add(1, std::sync::atomic::Ordering::Release);
+                        Ok(PeerResponse::Forward(Err(e))) => fail_all(waiters, &e),
+                        Ok(_) => fail_all(waiters, "unexpected answer to a forwarded batch"),
+                        Err(e) => fail_all(waiters, &e.to_string()),
                     }
                     drop(permit);
                 });
@@ -230,7 +218,6 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
             Err(e) => {
                 peers.remove(&leader_id);
                 fail_all(waiters, &e.to_string());
-                fail_queued(&mut rx, &e.to_string());
             }
         }
     }
