@@ -1280,6 +1280,14 @@ def verdict(s, target: float, higher_is_better: bool) -> str:
     return "median yes, not all rounds" if med <= target else "no"
 
 
+def per_run_rows(L: list[str], rows, cell) -> None:
+    """Appends one table row per (phase, workload): each kind's runs as `cell(run)`, comma-separated."""
+    for ph, name, row in rows:
+        cells = {k: ", ".join(cell(r) for r in row["runs"][k]) for k in ("zookeeper", "warden")}
+        L.append(f"| {ph} | {name} | {cells['zookeeper']} | {cells['warden']} |")
+    L.append("")
+
+
 def render_markdown(opts, results: dict, meta: dict) -> str:
     L: list[str] = []
     m = meta["machine"]
@@ -1391,20 +1399,13 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
         L.append("| phase | workload | ZooKeeper runs | Warden runs |")
         L.append("|---|---|---|---|")
 
-        def cpu_cell(runs):
-            cells = []
-            for r in runs:
-                c = (r or {}).get("cpu") or {}
-                if "failed" in (r or {"failed": 1}) or not c:
-                    cells.append("n/a")
-                else:
-                    cells.append(f"{c.get('server_cores', 0):.2f} / {c.get('bench_cores', 0):.2f} / "
-                                 f"{c.get('other_cores', 0):.2f}")
-            return ", ".join(cells)
+        def cpu_run(r):
+            c = (r or {}).get("cpu") or {}
+            if "failed" in (r or {"failed": 1}) or not c:
+                return "n/a"
+            return f"{c.get('server_cores', 0):.2f} / {c.get('bench_cores', 0):.2f} / {c.get('other_cores', 0):.2f}"
 
-        for ph, name, row in cpu_rows:
-            L.append(f"| {ph} | {name} | {cpu_cell(row['runs']['zookeeper'])} | {cpu_cell(row['runs']['warden'])} |")
-        L.append("")
+        per_run_rows(L, cpu_rows, cpu_run)
 
     if ens and cpu_rows:
         L.append(f"## {topo}: leader and the server(s) warden-bench talked to, per run")
@@ -1415,20 +1416,13 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
         L.append("| phase | workload | ZooKeeper runs | Warden runs |")
         L.append("|---|---|---|---|")
 
-        def ens_cell(runs):
-            cells = []
-            for r in runs:
-                t = (r or {}).get("target") or {}
-                if "leader_myid" not in t:
-                    cells.append("FAIL")
-                else:
-                    cells.append(f"{t['leader_myid']} / {','.join(map(str, t.get('client_myids', [])))} / "
-                                 f"{t.get('start_s', 0):.1f} s")
-            return ", ".join(cells)
+        def ens_run(r):
+            t = (r or {}).get("target") or {}
+            if "leader_myid" not in t:
+                return "FAIL"
+            return f"{t['leader_myid']} / {','.join(map(str, t.get('client_myids', [])))} / {t.get('start_s', 0):.1f} s"
 
-        for ph, name, row in cpu_rows:
-            L.append(f"| {ph} | {name} | {ens_cell(row['runs']['zookeeper'])} | {ens_cell(row['runs']['warden'])} |")
-        L.append("")
+        per_run_rows(L, cpu_rows, ens_run)
 
     if "memory" in results:
         mem = results["memory"]

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
 # Ensemble fixtures (3/5 members): ensemble3, shared_ensemble3, ensemble5 -- see ensemble.py.
-from ensemble import ensemble3, ensemble5, shared_ensemble3  # noqa: E402,F401
+from ensemble import clients, ensemble3, ensemble5, shared_ensemble3  # noqa: E402,F401
 
 
 def _teardown(srv: harness.Server, name: str) -> None:

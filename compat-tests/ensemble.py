@@ -29,7 +29,9 @@ API (indices are 0-based; member i has myid i+1):
   ens.close()          SIGKILL everything, remove temp dirs
 
 Fixtures (re-exported by conftest.py): `ensemble3` (function scope),
-`shared_ensemble3` (module scope), `ensemble5` (function scope). Kind is
+`shared_ensemble3` (module scope), `ensemble5` (function scope), and `clients`:
+make(hosts, timeout=4.0, **kw) -> a started KazooClient trying the hosts in order, stopped
+at teardown. Kind is
 COMPAT_SERVER (warden | zookeeper).
 """
 
@@ -294,3 +296,33 @@ def shared_ensemble3(request):
 def ensemble5(request):
     """A fresh 5-member ensemble for one test."""
     yield from _fixture(5, _label(request))
+
+
+@pytest.fixture
+def clients():
+    """make(hosts, **kw) -> started KazooClient (hosts tried in order); all stopped at teardown."""
+    from kazoo.client import KazooClient  # here, so bench scripts importing this need no kazoo
+
+    made: list = []
+
+    def make(hosts, timeout: float = 4.0, start_timeout: float = 15, **kw):
+        if isinstance(hosts, (list, tuple)):
+            hosts = ",".join(hosts)
+        c = KazooClient(
+            hosts,
+            timeout=timeout,
+            randomize_hosts=False,
+            connection_retry=dict(max_tries=-1, delay=0.05, backoff=1.5, max_delay=0.5),
+            **kw,
+        )
+        made.append(c)
+        c.start(timeout=start_timeout)
+        return c
+
+    yield make
+    for c in made:
+        try:
+            c.stop()
+            c.close()
+        except Exception:
+            pass

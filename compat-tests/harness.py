@@ -387,3 +387,15 @@ def started(
         srv.close()  # the exception message already carries the log tail
         raise
     return srv
+
+
+def wait_until(cond, timeout: float, what: str, interval: float = 0.05):
+    """Poll cond() until it returns something truthy (returned); AssertionError after timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)

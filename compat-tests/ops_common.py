@@ -55,11 +55,4 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
     """Poll predicate() until it returns a truthy value; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return harness.wait_until(predicate, timeout, what, interval)

@@ -76,15 +76,7 @@ def run(cmd: list[str], timeout: float = 120, env: dict | None = None, check: bo
     return proc
 
 
-def wait_until(cond, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
+wait_until = harness.wait_until
 
 
 def docker_unavailable() -> str | None:
@@ -269,27 +261,6 @@ def docker_ensemble():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.fixture
-def clients():
-    """make(hostports) -> started KazooClient pinned to those nodes; all stopped at teardown."""
-    made: list[KazooClient] = []
-
-    def make(hostports: list[str], start_timeout: float = 15) -> KazooClient:
-        c = KazooClient(",".join(hostports), timeout=SESSION_TIMEOUT, randomize_hosts=False,
-                        connection_retry=dict(max_tries=-1, delay=0.1, backoff=1.5, max_delay=1.0))
-        made.append(c)
-        c.start(timeout=start_timeout)
-        return c
-
-    yield make
-    for c in made:
-        try:
-            c.stop()
-            c.close()
-        except Exception:
-            pass
-
-
 def create_acked(c: KazooClient, path: str, data: bytes, timeout: float = 30) -> None:
     """Create a unique path, retrying lost connections until the server acknowledges it.
 
@@ -366,10 +337,10 @@ def _leader_partition(ens: DockerEnsemble, clients) -> None:
     acked: dict[str, bytes] = {}
 
     # Clients: one that knows only the leader, one that knows only the two others.
-    oc = clients([ens.hostports[old]])
+    oc = clients([ens.hostports[old]], timeout=SESSION_TIMEOUT)
     states: list[tuple[float, str]] = []
     oc.add_listener(lambda s: states.append((time.monotonic(), s)))
-    mc = clients([ens.hostports[i] for i in maj])
+    mc = clients([ens.hostports[i] for i in maj], timeout=SESSION_TIMEOUT)
     mstates: list[tuple[float, str]] = []
     mc.add_listener(lambda s: mstates.append((time.monotonic(), s)))
     oc.create(base, b"start")
@@ -464,7 +435,7 @@ def _leader_partition(ens: DockerEnsemble, clients) -> None:
     children = {p.rsplit("/", 1)[1] for p in acked if p != base}
     listings = []
     for i in range(3):
-        c = clients([ens.hostports[i]])
+        c = clients([ens.hostports[i]], timeout=SESSION_TIMEOUT)
         c.sync(base)
         for path, data in acked.items():
             got = c.exists(path)

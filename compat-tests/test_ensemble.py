@@ -61,43 +61,7 @@ def rotated(hostports: list[str], first: int) -> list[str]:
     return hostports[first:] + hostports[:first]
 
 
-def wait_until(cond, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
-
-
-@pytest.fixture
-def clients():
-    """make(hosts, **kw) -> started KazooClient (hosts tried in order); all stopped at teardown."""
-    made: list[KazooClient] = []
-
-    def make(hosts, timeout: float = SESSION_TIMEOUT, start_timeout: float = 15, **kw) -> KazooClient:
-        if isinstance(hosts, (list, tuple)):
-            hosts = ",".join(hosts)
-        c = KazooClient(
-            hosts,
-            timeout=timeout,
-            randomize_hosts=False,
-            connection_retry=dict(max_tries=-1, delay=0.05, backoff=1.5, max_delay=0.5),
-            **kw,
-        )
-        made.append(c)
-        c.start(timeout=start_timeout)
-        return c
-
-    yield make
-    for c in made:
-        try:
-            c.stop()
-            c.close()
-        except Exception:
-            pass
+wait_until = harness.wait_until
 
 
 def connected_port(c: KazooClient) -> int | None:

@@ -58,10 +58,14 @@ pub async fn run(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tok
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
+        // Cheap checks first: this runs every half heartbeat.
+        let Some((heard, at)) = contact.last() else { continue };
+        if at.elapsed() < heartbeat * 2 || handled == Some(at) {
+            continue;
+        }
         let m = raft.metrics().borrow().clone();
         let Some(leader) = m.current_leader.filter(|l| *l != me) else { continue };
-        let Some((heard, at)) = contact.last() else { continue };
-        if heard != leader || at.elapsed() < heartbeat * 2 || handled == Some(at) {
+        if heard != leader {
             continue;
         }
         handled = Some(at);
