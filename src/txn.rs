@@ -117,10 +117,85 @@ pub enum TxnOutput {
 }
 
 /// One Raft log entry: the txns the proposer batched together (group commit: one entry, one
-/// fsync, many txns). Each txn still gets its own zxid at apply.
+/// fsync, many txns). Each txn still gets its own zxid at apply. Shared (`Arc`): the log
+/// store's in-memory tail, replication and apply hold the same batch without copying it; the
+/// encoding is that of a plain `Vec`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnBatch {
-    pub txns: Vec<Txn>,
+    pub txns: std::sync::Arc<Vec<Txn>>,
+    /// The proposer's hooks on this entry (not encoded; set only on the server that proposed
+    /// it).
+    #[serde(skip)]
+    pub hooks: LocalHooks,
+}
+
+impl TxnBatch {
+    /// A batch of these txns.
+    pub fn new(txns: Vec<Txn>) -> TxnBatch {
+        TxnBatch { txns: std::sync::Arc::new(txns), hooks: LocalHooks::default() }
+    }
+}
+
+/// What the server that proposed a batch learns about it before openraft answers: that the
+/// log store made it durable here, and (a copy of) its results as soon as the state machine
+/// applied it.
+/// (openraft 0.9 answers a write only when its core task is free, and that task waits for the
+/// next entry's fsync first.) Not part of the replicated data: hooks never compare, encode or
+/// travel to another server; an entry read back from disk has none.
+#[derive(Clone, Default)]
+pub struct LocalHooks(Option<std::sync::Arc<HooksInner>>);
+
+struct HooksInner {
+    durable: std::sync::Arc<tokio::sync::Notify>,
+    applied: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<Vec<TxnResult>>>>,
+}
+
+/// The proposer's ends of a batch's [`LocalHooks`].
+pub struct HookWaits {
+    /// Notified once the entry is durable in this server's log.
+    pub durable: std::sync::Arc<tokio::sync::Notify>,
+    /// The batch's results once applied here.
+    pub applied: tokio::sync::oneshot::Receiver<Vec<TxnResult>>,
+}
+
+impl LocalHooks {
+    /// Hooks, and the ends to wait on.
+    pub fn new() -> (LocalHooks, HookWaits) {
+        let durable = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (tx, applied) = tokio::sync::oneshot::channel();
+        let inner = HooksInner { durable: durable.clone(), applied: std::sync::Mutex::new(Some(tx)) };
+        (LocalHooks(Some(std::sync::Arc::new(inner))), HookWaits { durable, applied })
+    }
+
+    /// The log store made the entry durable.
+    pub fn durable(&self) {
+        if let Some(h) = &self.0 {
+            h.durable.notify_one();
+        }
+    }
+
+    /// The state machine applied the entry: hands a copy of the results to the proposer, if
+    /// it waits through these hooks.
+    pub fn applied(&self, results: &[TxnResult]) {
+        let waiting = self.0.as_ref().and_then(|h| h.applied.lock().ok().and_then(|mut s| s.take()));
+        if let Some(tx) = waiting {
+            let _ = tx.send(results.to_vec());
+        }
+    }
+}
+
+impl PartialEq for LocalHooks {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for LocalHooks {}
+
+impl std::fmt::Debug for LocalHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "LocalHooks(set)" } else { "LocalHooks(none)" })
+    }
 }
 
 /// The state machine's answer for one txn: its zxid and outcome.

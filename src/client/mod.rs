@@ -288,26 +288,37 @@ async fn serve(
     loop {
         tokio::select! {
             biased;
-            Some(Done { xid, reply, close, op, short, started }) = jobs.next() => {
-                cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                while let Ok(e) = ev_rx.try_recv() {
-                    events.push_back(e);
-                }
-                while events.front().is_some_and(|e| e.zxid <= reply.zxid) {
-                    let Some(e) = events.pop_front() else { break };
-                    d.stats.packet_sent(None);
-                    if writer.feed(notification(e)).await.is_err() {
+            Some(done) = jobs.next() => {
+                // Every reply that is ready goes out in one write: a client with several
+                // requests in flight (a batch commits them together) costs one syscall.
+                let mut next = Some(done);
+                let mut end = false;
+                while let Some(Done { xid, reply, close, op, short, started }) = next.take() {
+                    cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    while let Ok(e) = ev_rx.try_recv() {
+                        events.push_back(e);
+                    }
+                    while events.front().is_some_and(|e| e.zxid <= reply.zxid) {
+                        let Some(e) = events.pop_front() else { break };
+                        d.stats.packet_sent(None);
+                        if writer.feed(notification(e)).await.is_err() {
+                            break;
+                        }
+                    }
+                    cs.replied(short, xid, reply.zxid, started);
+                    d.stats.response_size.record(16 + reply.response.encoded_len() as i64);
+                    d.stats.packet_sent(Some((op, started.elapsed())));
+                    let msg = ServerMessage::Reply {
+                        header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
+                        response: reply.response,
+                    };
+                    if writer.feed(msg).await.is_err() || close || (!reading && jobs.is_empty()) {
+                        end = true;
                         break;
                     }
+                    next = jobs.next().now_or_never().flatten();
                 }
-                cs.replied(short, xid, reply.zxid, started);
-                d.stats.response_size.record(16 + reply.response.encoded_len() as i64);
-                d.stats.packet_sent(Some((op, started.elapsed())));
-                let msg = ServerMessage::Reply {
-                    header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
-                    response: reply.response,
-                };
-                if writer.send(msg).await.is_err() || close || (!reading && jobs.is_empty()) {
+                if writer.flush().await.is_err() || end {
                     break;
                 }
             }

@@ -256,7 +256,7 @@ impl Dispatcher {
     /// only the leader may make (session expiry). A leader that was frozen and does not yet
     /// know it was replaced cannot commit this, where forwarding would let its stale view win.
     pub async fn propose_as_leader(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
-        let batch = crate::txn::TxnBatch { txns: vec![txn] };
+        let batch = crate::txn::TxnBatch::new(vec![txn]);
         match self.raft.client_write(batch).await {
             Ok(resp) => resp.data.into_iter().next().ok_or_else(|| ProposeError::Raft("empty result".into())),
             Err(e) => Err(ProposeError::Raft(e.to_string())),
@@ -537,7 +537,7 @@ impl crate::peer::PeerHandler for Dispatcher {
         let proposer = self.proposer.clone();
         Box::pin(async move {
             let mut waits = Vec::with_capacity(batch.txns.len());
-            for txn in batch.txns {
+            for txn in std::sync::Arc::unwrap_or_clone(batch.txns) {
                 match proposer.submit(txn).await {
                     Ok(w) => waits.push(w),
                     Err(e) => {

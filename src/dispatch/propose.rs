@@ -31,12 +31,11 @@ use crate::txn::TxnResult;
 pub const MAX_BATCH: usize = 1024;
 /// Approximate data bytes per log entry at most.
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
-/// Batches handed to openraft (or the leader) and not yet answered, at most. One: the next
-/// batch grows while the current one is written, and redb commits one at a time anyway.
-/// Measured with warden-bench set, 16 x 8: standalone ~36k ops/s with 1 against ~22-28k with
-/// 2 and ~18-20k with 4 or 8 (smaller batches, more fsyncs); a 3-node ensemble the same
-/// with 1 or 2.
-pub const MAX_IN_FLIGHT: usize = 1;
+/// Batches handed to openraft (or the leader) and not yet answered, at most. On the leader
+/// only one of them is being written at a time (see `run`): the next is cut when the previous
+/// is durable, so it carries everything that arrived during that fsync, while the previous is
+/// still being applied and answered.
+pub const MAX_IN_FLIGHT: usize = 4;
 /// Txns waiting for a batch, at most (back-pressure on connections beyond that).
 const INBOX: usize = 64 * 1024;
 /// How long a forwarded batch may take.
@@ -126,14 +125,19 @@ fn fail_queued(rx: &mut mpsc::Receiver<(Txn, Waiter)>, e: &str) {
 }
 
 async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receiver<(Txn, Waiter)>) {
-    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    // The one batch openraft is writing to disk (openraft 0.9 appends one entry at a time and
+    // waits for its fsync): the next batch is cut when this is released, so it holds every
+    // txn that arrived meanwhile.
+    let writing = Arc::new(Semaphore::new(1));
     let mut peers: HashMap<u64, PeerClient> = HashMap::new();
     // Bumped when a batch proposed here as leader fails; the loop then fails what is queued
     // (see `fail_queued`).
     let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut seen_failures = 0u64;
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
+        let Ok(slot) = writing.clone().acquire_owned().await else { return };
         let now_failed = failures.load(std::sync::atomic::Ordering::Acquire);
         if now_failed != seen_failures {
             seen_failures = now_failed;
@@ -158,13 +162,34 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
             continue;
         };
         if leader_id == me {
-            match raft.client_write_ff(TxnBatch { txns }).await {
-                Ok(response) => {
+            let (hooks, waits) = crate::txn::LocalHooks::new();
+            let mut entry = TxnBatch::new(txns);
+            entry.hooks = hooks;
+            match raft.client_write_ff(entry).await {
+                Ok(mut response) => {
                     let failures = failures.clone();
                     tokio::spawn(async move {
-                        let failed = match response.await {
-                            Ok(Ok(r)) => {
-                                for (w, r) in waiters.into_iter().zip(r.data) {
+                        let crate::txn::HookWaits { durable, mut applied } = waits;
+                        // The next batch may go to openraft once this one is on disk (or
+                        // answered, should it fail before that).
+                        let mut slot = Some(slot);
+                        let answer = loop {
+                            tokio::select! {
+                                biased;
+                                results = &mut applied => match results {
+                                    Ok(results) => break Ok(Ok(results)),
+                                    // Applied without the hook (read back from disk): openraft's
+                                    // answer carries the results.
+                                    Err(_) => break response.await.map(|r| r.map(|r| r.data)),
+                                },
+                                _ = durable.notified(), if slot.is_some() => slot = None,
+                                answer = &mut response => break answer.map(|r| r.map(|r| r.data)),
+                            }
+                        };
+                        drop(slot);
+                        let failed = match answer {
+                            Ok(Ok(results)) => {
+                                for (w, r) in waiters.into_iter().zip(results) {
                                     let _ = w.send(Ok(r));
                                 }
                                 false
@@ -194,7 +219,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
         }
         // A follower: forward to the leader, in order, then wait for the local apply.
         let client = peers.entry(leader_id).or_insert_with(|| PeerClient::new(leader_addr)).clone();
-        match client.start(PeerRequest::Forward(TxnBatch { txns }), FORWARD_TIMEOUT).await {
+        match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
             Ok(answer) => {
                 let mut applied = shared.applied.subscribe();
                 // A failed forward leaves what is queued here alone: it goes to the current
@@ -212,6 +237,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                         Ok(_) => fail_all(waiters, "unexpected answer to a forwarded batch"),
                         Err(e) => fail_all(waiters, &e.to_string()),
                     }
+                    drop(slot);
                     drop(permit);
                 });
             }

@@ -1,23 +1,37 @@
-//! The Raft log on redb.
+//! The Raft log on redb, written by one thread of its own.
 //!
 //! # On-disk format (`<dataLogDir>/version-2/raft-log.redb`, see [`super::layout`])
 //! - table `logs`: `u64` log index -> postcard-encoded `openraft::Entry<TypeConfig>`.
 //! - table `meta`: `"vote"`, `"committed"`, `"last_purged"` -> postcard-encoded values, and
 //!   `"format"` -> the format version ([`FORMAT_VERSION`]).
 //!
-//! # Durability
-//! Every `append` batch is one redb write transaction committed with `Durability::Immediate`
-//! (one fsync), and openraft is told the entries are flushed only after that commit returns.
-//! Votes are committed the same way before `save_vote` returns. `purge` and the committed
-//! index are written likewise; losing them would only cost replay time.
+//! # Writing and durability
+//! `append` puts the entries in an in-memory tail (so they are readable at once, as openraft
+//! requires) and hands them to the writer thread; it does not wait for the disk. The writer
+//! takes every command queued since its last commit and writes them in **one** redb write
+//! transaction committed with `Durability::Immediate` (one fsync): group commit across
+//! appends, so Raft's task never blocks on an fsync and the next batch is appended while the
+//! previous one is being made durable. openraft is told entries are flushed only after that
+//! commit returns. Votes, truncation and purging go through the same queue, in order, and
+//! their callers wait for the commit. The committed index rides along with a commit at most
+//! once a second (it only shortens replay after a restart).
+//!
+//! # Reading
+//! The tail keeps the newest entries (at least the unflushed ones), so the apply path and
+//! replication to up-to-date followers read them without touching redb or decoding; older
+//! entries are read from redb.
 
 // openraft's StorageError is large by design; boxing it here would only move the cost.
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::ops::Bound;
 use std::ops::RangeBounds;
 use std::path::Path;
+use std::sync::mpsc;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use openraft::storage::LogFlushed;
 use openraft::storage::LogState;
@@ -43,14 +57,24 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// Prometheus names of this module's metrics.
 pub mod names {
-    /// Time to commit (fsync) one appended batch of log entries.
+    /// Time to write and commit (fsync) one group of queued log commands.
     pub const FSYNC_SECONDS: &str = "warden_raft_fsync_seconds";
-    /// Log entries per appended batch.
+    /// Log entries per commit.
     pub const APPEND_ENTRIES: &str = "warden_raft_append_entries";
 }
 
 /// redb page cache for the log.
 const LOG_CACHE_BYTES: usize = 32 << 20;
+
+/// Flushed entries the tail keeps for readers (the apply path, followers close behind).
+const TAIL_KEEP: usize = 64;
+
+/// How often the committed index is written (it rides along with a commit; writing it with
+/// every one would add a table's pages to each fsync, about a tenth of its cost).
+const COMMITTED_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Commands the writer takes into one commit at most.
+const MAX_COMMANDS_PER_COMMIT: usize = 4096;
 
 /// Version of the on-disk format written in `meta["format"]`.
 pub const FORMAT_VERSION: u32 = 1;
@@ -71,10 +95,49 @@ fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, StorageError> {
     postcard::from_bytes(b).map_err(read_err)
 }
 
-/// The log store. Cheap to clone: readers share the database.
+/// What the writer thread does, in queue order.
+enum Command {
+    /// Write these entries; call back once durable.
+    Append(Vec<Entry>, LogFlushed<TypeConfig>),
+    /// Record the committed log id (no fsync of its own).
+    Committed(Option<LogId<u64>>),
+    /// Store the vote durably.
+    Vote(Vec<u8>, tokio::sync::oneshot::Sender<Result<(), String>>),
+    /// Delete entries from this index on, durably.
+    Truncate(u64, tokio::sync::oneshot::Sender<Result<(), String>>),
+    /// Delete entries up to and including this log id, and record it as purged.
+    Purge(LogId<u64>, Vec<u8>, tokio::sync::oneshot::Sender<Result<(), String>>),
+}
+
+/// Entries appended and not yet purged from memory: every unflushed entry, plus up to
+/// [`TAIL_KEEP`] flushed ones.
+#[derive(Default)]
+struct Tail {
+    entries: BTreeMap<u64, Entry>,
+    /// Highest index known durable in redb.
+    flushed: Option<u64>,
+}
+
+impl Tail {
+    fn trim(&mut self) {
+        let Some(flushed) = self.flushed else { return };
+        while self.entries.len() > TAIL_KEEP {
+            match self.entries.first_key_value() {
+                Some((&i, _)) if i <= flushed => {
+                    self.entries.pop_first();
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+/// The log store. Cheap to clone: clones share the database, the tail and the writer.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<redb::Database>,
+    tail: Arc<Mutex<Tail>>,
+    writer: mpsc::Sender<Command>,
 }
 
 /// Why the log database could not be opened.
@@ -86,10 +149,17 @@ pub enum OpenError {
     Init { path: String, source: redb::Error },
     #[error("{path} has log format {found}, this Warden reads {FORMAT_VERSION}")]
     Format { path: String, found: u32 },
+    #[error("starting the log writer thread: {0}")]
+    Thread(std::io::Error),
+}
+
+fn lock(tail: &Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
+    // The tail holds no invariant a panicking holder could break halfway.
+    tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl LogStore {
-    /// Opens (or creates) the log at `path`.
+    /// Opens (or creates) the log at `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<LogStore, OpenError> {
         let p = path.display().to_string();
         // redb caches up to 1 GiB of pages by default; the log is written once and read back
@@ -116,9 +186,18 @@ impl LogStore {
             Ok(found)
         };
         match init().map_err(|source| OpenError::Init { path: p.clone(), source })? {
-            Some(found) if found != FORMAT_VERSION => Err(OpenError::Format { path: p, found }),
-            _ => Ok(LogStore { db: Arc::new(db) }),
+            Some(found) if found != FORMAT_VERSION => return Err(OpenError::Format { path: p, found }),
+            _ => {}
         }
+        let db = Arc::new(db);
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let (tx, rx) = mpsc::channel();
+        let (wdb, wtail) = (db.clone(), tail.clone());
+        std::thread::Builder::new()
+            .name("raft-log-writer".into())
+            .spawn(move || writer(&wdb, &wtail, &rx))
+            .map_err(OpenError::Thread)?;
+        Ok(LogStore { db, tail, writer: tx })
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageError> {
@@ -130,19 +209,138 @@ impl LogStore {
         }
     }
 
-    fn put_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StorageError> {
-        self.put_meta_with(key, value, redb::Durability::Immediate)
+    fn send(&self, cmd: Command) -> Result<(), StorageError> {
+        self.writer.send(cmd).map_err(|_| write_err(std::io::Error::other("the log writer thread has stopped")))
     }
 
-    fn put_meta_with<T: Serialize>(&self, key: &str, value: &T, d: redb::Durability) -> Result<(), StorageError> {
-        let bytes = encode(value)?;
-        let mut txn = self.db.begin_write().map_err(write_err)?;
-        txn.set_durability(d).map_err(write_err)?;
-        {
-            let mut table = txn.open_table(META).map_err(write_err)?;
-            table.insert(key, bytes.as_slice()).map_err(write_err)?;
+    /// Queues a command that must be durable before its caller goes on, and waits for it.
+    async fn durable(
+        &self,
+        cmd: impl FnOnce(tokio::sync::oneshot::Sender<Result<(), String>>) -> Command,
+    ) -> Result<(), StorageError> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.send(cmd(done))?;
+        match wait.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(write_err(std::io::Error::other(e))),
+            Err(_) => Err(write_err(std::io::Error::other("the log writer thread has stopped"))),
         }
-        txn.commit().map_err(write_err)
+    }
+}
+
+/// The writer thread: takes every queued command, writes them in one transaction, commits
+/// once, then answers them in order. Exits when every [`LogStore`] clone is gone.
+fn writer(db: &redb::Database, tail: &Mutex<Tail>, rx: &mpsc::Receiver<Command>) {
+    // The committed index is written at most every COMMITTED_EVERY; the newest one not yet
+    // written waits here.
+    let mut committed: Option<Option<LogId<u64>>> = None;
+    let mut committed_written = std::time::Instant::now();
+    while let Ok(first) = rx.recv() {
+        let mut cmds = vec![first];
+        while cmds.len() < MAX_COMMANDS_PER_COMMIT {
+            match rx.try_recv() {
+                Ok(c) => cmds.push(c),
+                Err(_) => break,
+            }
+        }
+        cmds.retain(|c| match c {
+            Command::Committed(c) => {
+                committed = Some(*c);
+                false
+            }
+            _ => true,
+        });
+        if committed_written.elapsed() >= COMMITTED_EVERY {
+            if let Some(c) = committed.take() {
+                cmds.push(Command::Committed(c));
+                committed_written = std::time::Instant::now();
+            }
+        }
+        if cmds.is_empty() {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let mut appended = 0u64;
+        let result = (|| -> Result<(), String> {
+            let mut txn = db.begin_write().map_err(|e| e.to_string())?;
+            let only_committed = cmds.iter().all(|c| matches!(c, Command::Committed(_)));
+            if only_committed {
+                txn.set_durability(redb::Durability::None).map_err(|e| e.to_string())?;
+            }
+            {
+                let mut logs = txn.open_table(LOGS).map_err(|e| e.to_string())?;
+                let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+                for cmd in &cmds {
+                    match cmd {
+                        Command::Append(entries, _) => {
+                            for entry in entries {
+                                let bytes = postcard::to_stdvec(entry).map_err(|e| e.to_string())?;
+                                logs.insert(entry.log_id.index, bytes.as_slice()).map_err(|e| e.to_string())?;
+                                appended += 1;
+                            }
+                        }
+                        Command::Committed(c) => {
+                            let bytes = postcard::to_stdvec(c).map_err(|e| e.to_string())?;
+                            meta.insert("committed", bytes.as_slice()).map_err(|e| e.to_string())?;
+                        }
+                        Command::Vote(bytes, _) => {
+                            meta.insert("vote", bytes.as_slice()).map_err(|e| e.to_string())?;
+                        }
+                        Command::Truncate(index, _) => {
+                            logs.retain_in(*index.., |_, _| false).map_err(|e| e.to_string())?;
+                        }
+                        Command::Purge(log_id, bytes, _) => {
+                            meta.insert("last_purged", bytes.as_slice()).map_err(|e| e.to_string())?;
+                            logs.retain_in(..=log_id.index, |_, _| false).map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+            }
+            txn.commit().map_err(|e| e.to_string())
+        })();
+        if appended > 0 {
+            metrics::histogram!(names::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+            metrics::histogram!(names::APPEND_ENTRIES).record(appended as f64);
+        }
+        if result.is_ok() {
+            // What is durable now, in command order: appends extend it, a truncation cuts it.
+            let mut t = lock(tail);
+            for cmd in &cmds {
+                match cmd {
+                    Command::Append(entries, _) => {
+                        if let Some(last) = entries.last() {
+                            t.flushed = Some(t.flushed.map_or(last.log_id.index, |f| f.max(last.log_id.index)));
+                        }
+                    }
+                    Command::Truncate(index, _) if t.flushed.is_some_and(|f| f >= *index) => {
+                        t.flushed = index.checked_sub(1);
+                    }
+                    _ => {}
+                }
+            }
+            t.trim();
+        }
+        for cmd in cmds {
+            let r = result.clone();
+            match cmd {
+                Command::Append(es, callback) => {
+                    let ok = r.is_ok();
+                    callback.log_io_completed(r.map_err(std::io::Error::other));
+                    for e in &es {
+                        if let (true, openraft::EntryPayload::Normal(batch)) = (ok, &e.payload) {
+                            batch.hooks.durable();
+                        }
+                    }
+                }
+                Command::Committed(_) => {}
+                Command::Vote(_, done) | Command::Truncate(_, done) | Command::Purge(_, _, done) => {
+                    let _ = done.send(r);
+                }
+            }
+        }
+        if let Err(e) = result {
+            tracing::error!(error = %e, "writing the raft log failed");
+        }
     }
 }
 
@@ -151,13 +349,30 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
+        // The tail first, then redb: an entry that leaves the tail was committed before it
+        // left, so a read transaction begun after this look sees it.
+        let from_tail: Vec<Entry> = lock(&self.tail).entries.range(range.clone()).map(|(_, e)| e.clone()).collect();
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        if from_tail.first().is_some_and(|e| e.log_id.index == start) {
+            // Contiguous from the start: the tail has the whole rest of the range.
+            return Ok(from_tail);
+        }
+        let tail_start = from_tail.first().map(|e| e.log_id.index);
         let txn = self.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOGS).map_err(read_err)?;
         let mut out = Vec::new();
         for item in table.range(range).map_err(read_err)? {
-            let (_, v) = item.map_err(read_err)?;
+            let (k, v) = item.map_err(read_err)?;
+            if tail_start.is_some_and(|t| k.value() >= t) {
+                break;
+            }
             out.push(decode(v.value())?);
         }
+        out.extend(from_tail);
         Ok(out)
     }
 }
@@ -167,11 +382,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged: Option<LogId<u64>> = self.get_meta("last_purged")?;
-        let txn = self.db.begin_read().map_err(read_err)?;
-        let table = txn.open_table(LOGS).map_err(read_err)?;
-        let last = match table.last().map_err(read_err)? {
-            Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
-            None => last_purged,
+        let in_tail = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id);
+        let last = match in_tail {
+            Some(l) => Some(l),
+            None => {
+                let txn = self.db.begin_read().map_err(read_err)?;
+                let table = txn.open_table(LOGS).map_err(read_err)?;
+                let last = match table.last().map_err(read_err)? {
+                    Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
+                    None => last_purged,
+                };
+                last
+            }
         };
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
     }
@@ -181,7 +403,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError> {
-        self.put_meta("vote", vote)
+        let bytes = encode(vote)?;
+        self.durable(|done| Command::Vote(bytes, done)).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError> {
@@ -189,9 +412,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
-        // Not durable on its own (no fsync): the committed index only shortens replay after a
-        // restart, and the next durable append or vote commit makes it durable anyway.
-        self.put_meta_with("committed", &committed, redb::Durability::None)
+        // Not waited for and not fsynced on its own: the committed index only shortens replay
+        // after a restart; the writer stores it with a later commit, at most once a second.
+        self.send(Command::Committed(committed))
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError> {
@@ -203,52 +426,31 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // One write transaction, one fsync, for the whole batch (group commit).
-        let started = std::time::Instant::now();
-        let mut count = 0u64;
-        let txn = self.db.begin_write().map_err(write_err)?;
+        let entries: Vec<Entry> = entries.into_iter().collect();
         {
-            let mut table = txn.open_table(LOGS).map_err(write_err)?;
-            for entry in entries {
-                count += 1;
-                let bytes = encode(&entry)?;
-                table.insert(entry.log_id.index, bytes.as_slice()).map_err(write_err)?;
+            let mut t = lock(&self.tail);
+            for e in &entries {
+                t.entries.insert(e.log_id.index, e.clone());
             }
         }
-        let result = txn.commit();
-        metrics::histogram!(names::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
-        metrics::histogram!(names::APPEND_ENTRIES).record(count as f64);
-        match result {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                callback.log_io_completed(Err(std::io::Error::other(msg)));
-                Err(write_err(e))
-            }
-        }
+        self.send(Command::Append(entries, callback))
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
-        let txn = self.db.begin_write().map_err(write_err)?;
         {
-            let mut table = txn.open_table(LOGS).map_err(write_err)?;
-            table.retain_in(log_id.index.., |_, _| false).map_err(write_err)?;
+            // Readers must not see them from now on; the writer lowers `flushed` after its
+            // commit (an append of these entries may still be ahead of this in its queue).
+            let _ = lock(&self.tail).entries.split_off(&log_id.index);
         }
-        txn.commit().map_err(write_err)
+        self.durable(|done| Command::Truncate(log_id.index, done)).await
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
         let bytes = encode(&log_id)?;
-        let txn = self.db.begin_write().map_err(write_err)?;
-        {
-            let mut meta = txn.open_table(META).map_err(write_err)?;
-            meta.insert("last_purged", bytes.as_slice()).map_err(write_err)?;
-            let mut table = txn.open_table(LOGS).map_err(write_err)?;
-            table.retain_in(..=log_id.index, |_, _| false).map_err(write_err)?;
-        }
-        txn.commit().map_err(write_err)
+        self.durable(|done| Command::Purge(log_id, bytes, done)).await?;
+        let mut t = lock(&self.tail);
+        let keep = t.entries.split_off(&(log_id.index + 1));
+        t.entries = keep;
+        Ok(())
     }
 }

@@ -231,6 +231,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: OptionalSend,
     {
         let mut out = Vec::new();
+        let mut hooks = Vec::new();
         let last_zxid = {
             let mut tree = self.shared.write();
             for entry in entries {
@@ -238,8 +239,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 match entry.payload {
                     EntryPayload::Blank => out.push(Vec::new()),
                     EntryPayload::Normal(batch) => {
+                        hooks.push((out.len(), batch.hooks.clone()));
                         let mut results = Vec::with_capacity(batch.txns.len());
-                        for txn in &batch.txns {
+                        for txn in batch.txns.iter() {
                             let zxid = next_zxid(&tree);
                             let (outcome, changes) = tree.apply(zxid, txn);
                             self.hook.applied(zxid, txn.session_id, &changes);
@@ -258,6 +260,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
             tree.last_zxid()
         };
+        // The proposer here gets its results at once (see `LocalHooks`); openraft's answer
+        // carries them too, for whichever arrives first.
+        for (i, h) in hooks {
+            if let Some(results) = out.get(i) {
+                h.applied(results);
+            }
+        }
         self.shared.applied.send_replace(last_zxid);
         Ok(out)
     }
