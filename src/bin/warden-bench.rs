@@ -17,6 +17,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use clap::Parser;
 use clap::ValueEnum;
+use futures::FutureExt;
 use futures::SinkExt;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
@@ -331,7 +332,20 @@ async fn client(
         sent.push_back(Instant::now());
     }
     conn.flush().await?;
-    while let Some(frame) = if pipelined > 0 { conn.next().await } else { None } {
+    loop {
+        if pipelined == 0 {
+            break;
+        }
+        // Every reply already here is answered before one flush: one write for several
+        // requests, as a pipelining client does.
+        let frame = match conn.next().now_or_never() {
+            Some(frame) => frame,
+            None => {
+                conn.flush().await?;
+                conn.next().await
+            }
+        };
+        let Some(frame) = frame else { break };
         let (header, _) = match frame? {
             ServerIncoming::Reply { header, response } => (header, response),
             ServerIncoming::Connect(_) => continue,
@@ -353,7 +367,7 @@ async fn client(
             continue;
         }
         xid += 1;
-        conn.send(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
+        conn.feed(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
         sent.push_back(Instant::now());
     }
     let mut t = totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -67,7 +67,7 @@ pub mod names {
 const LOG_CACHE_BYTES: usize = 32 << 20;
 
 /// Flushed entries the tail keeps for readers (the apply path, followers close behind).
-const TAIL_KEEP: usize = 64;
+const TAIL_KEEP: usize = 16;
 
 /// How often the committed index is written (it rides along with a commit; writing it with
 /// every one would add a table's pages to each fsync, about a tenth of its cost).
