@@ -39,9 +39,10 @@ pub fn install() -> Option<PrometheusHandle> {
 
 /// Sets the gauges that are read from state rather than counted as they happen.
 pub fn refresh(d: &Dispatcher) {
+    d.stats.export_packet_counters();
     for (key, value) in crate::admin::four_letter::monitor(d) {
         let Some(name) = key.strip_prefix("zk_") else { continue };
-        // Counted as they happen by their own modules; a gauge of the same name would clash.
+        // Exported as counters by `export_packet_counters`; a gauge of the same name would clash.
         if matches!(name, "packets_received" | "packets_sent") {
             continue;
         }
