@@ -333,16 +333,17 @@ async fn client(
     }
     conn.flush().await?;
     loop {
-        if pipelined == 0 {
-            break;
-        }
         // Every reply already here is answered before one flush: one write for several
         // requests, as a pipelining client does.
-        let frame = match conn.next().now_or_never() {
-            Some(frame) => frame,
-            None => {
-                conn.flush().await?;
-                conn.next().await
+        let frame = if pipelined == 0 {
+            None
+        } else {
+            match conn.next().now_or_never() {
+                Some(frame) => frame,
+                None => {
+                    conn.flush().await?;
+                    conn.next().await
+                }
             }
         };
         let Some(frame) = frame else { break };

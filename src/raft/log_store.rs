@@ -228,6 +228,11 @@ impl LogStore {
     }
 }
 
+/// An error as the text the writer hands back to its waiters.
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
 /// The writer thread: takes every queued command, writes them in one transaction, commits
 /// once, then answers them in order. Exits when every [`LogStore`] clone is gone.
 fn writer(db: &redb::Database, tail: &Mutex<Tail>, rx: &mpsc::Receiver<Command>) {
@@ -262,41 +267,41 @@ fn writer(db: &redb::Database, tail: &Mutex<Tail>, rx: &mpsc::Receiver<Command>)
         let started = std::time::Instant::now();
         let mut appended = 0u64;
         let result = (|| -> Result<(), String> {
-            let mut txn = db.begin_write().map_err(|e| e.to_string())?;
+            let mut txn = db.begin_write().map_err(text)?;
             let only_committed = cmds.iter().all(|c| matches!(c, Command::Committed(_)));
             if only_committed {
-                txn.set_durability(redb::Durability::None).map_err(|e| e.to_string())?;
+                txn.set_durability(redb::Durability::None).map_err(text)?;
             }
             {
-                let mut logs = txn.open_table(LOGS).map_err(|e| e.to_string())?;
-                let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+                let mut logs = txn.open_table(LOGS).map_err(text)?;
+                let mut meta = txn.open_table(META).map_err(text)?;
                 for cmd in &cmds {
                     match cmd {
                         Command::Append(entries, _) => {
                             for entry in entries {
-                                let bytes = postcard::to_stdvec(entry).map_err(|e| e.to_string())?;
-                                logs.insert(entry.log_id.index, bytes.as_slice()).map_err(|e| e.to_string())?;
+                                let bytes = postcard::to_stdvec(entry).map_err(text)?;
+                                logs.insert(entry.log_id.index, bytes.as_slice()).map_err(text)?;
                                 appended += 1;
                             }
                         }
                         Command::Committed(c) => {
-                            let bytes = postcard::to_stdvec(c).map_err(|e| e.to_string())?;
-                            meta.insert("committed", bytes.as_slice()).map_err(|e| e.to_string())?;
+                            let bytes = postcard::to_stdvec(c).map_err(text)?;
+                            meta.insert("committed", bytes.as_slice()).map_err(text)?;
                         }
                         Command::Vote(bytes, _) => {
-                            meta.insert("vote", bytes.as_slice()).map_err(|e| e.to_string())?;
+                            meta.insert("vote", bytes.as_slice()).map_err(text)?;
                         }
                         Command::Truncate(index, _) => {
-                            logs.retain_in(*index.., |_, _| false).map_err(|e| e.to_string())?;
+                            logs.retain_in(*index.., |_, _| false).map_err(text)?;
                         }
                         Command::Purge(log_id, bytes, _) => {
-                            meta.insert("last_purged", bytes.as_slice()).map_err(|e| e.to_string())?;
-                            logs.retain_in(..=log_id.index, |_, _| false).map_err(|e| e.to_string())?;
+                            meta.insert("last_purged", bytes.as_slice()).map_err(text)?;
+                            logs.retain_in(..=log_id.index, |_, _| false).map_err(text)?;
                         }
                     }
                 }
             }
-            txn.commit().map_err(|e| e.to_string())
+            txn.commit().map_err(text)
         })();
         if appended > 0 {
             metrics::histogram!(names::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());

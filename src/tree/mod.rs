@@ -220,13 +220,6 @@ fn check_version(current: i32, expected: i32) -> Result<i32, TreeError> {
     Ok(if current == i32::MAX { 0 } else { current + 1 })
 }
 
-/// A node's data as the tree keeps it: a copy of its own, so a node does not share (and keep
-/// alive) the request's or the log entry's buffer, and carries no shared-buffer header until a
-/// read first shares it.
-fn stored(data: &Option<Bytes>) -> Option<Bytes> {
-    data.as_deref().map(Bytes::copy_from_slice)
-}
-
 /// The special paths that cannot be deleted (`DataTree.isSpecialPath`).
 fn is_special(path: &str) -> bool {
     matches!(path, "/" | "/zookeeper" | "/zookeeper/quota" | "/zookeeper/config")
@@ -544,7 +537,7 @@ impl DataTree {
                 let old_len = node.data.as_ref().map_or(0, Bytes::len) as i64;
                 let old_digest = digest::node(path, node);
                 let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
-                node.data = stored(data);
+                node.data = data.clone();
                 node.stat.version = new_version;
                 node.stat.mzxid = zxid;
                 node.stat.mtime = txn.time_ms;
@@ -628,7 +621,7 @@ impl DataTree {
         let owner = owner_for(mode, txn.session_id, op.ttl);
         // Share the parent's ACL allocation when it is the same list (the common case).
         let shared_acl = if *parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
-        let node = Node::new(stored(&op.data), shared_acl, zxid, txn.time_ms, owner);
+        let node = Node::new(op.data.clone(), shared_acl, zxid, txn.time_ms, owner);
         let stat = node.stat();
         let name = path::name(&path).to_owned();
         let node_acl = node.acl.clone();
