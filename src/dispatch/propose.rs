@@ -173,6 +173,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                         // The next batch may go to openraft once this one is on disk (or
                         // answered, should it fail before that).
                         let mut slot = Some(slot);
+                        let mut answered = false;
                         let answer = loop {
                             tokio::select! {
                                 biased;
@@ -180,10 +181,16 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                                     Ok(results) => break Ok(Ok(results)),
                                     // Applied without the hook (read back from disk): openraft's
                                     // answer carries the results.
-                                    Err(_) => break response.await.map(|r| r.map(|r| r.data)),
+                                    Err(_) => {
+                                        answered = true;
+                                        break (&mut response).await.map(|r| r.map(|r| r.data));
+                                    }
                                 },
                                 _ = durable.notified(), if slot.is_some() => slot = None,
-                                answer = &mut response => break answer.map(|r| r.map(|r| r.data)),
+                                answer = &mut response => {
+                                    answered = true;
+                                    break answer.map(|r| r.map(|r| r.data));
+                                }
                             }
                         };
                         drop(slot);
@@ -207,6 +214,11 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                             failures.fetch_add(1, std::sync::atomic::Ordering::Release);
                         }
                         drop(permit);
+                        // openraft logs a warning for every answer that finds its receiver
+                        // gone, so take it even though the hook answered first.
+                        if !answered {
+                            let _ = response.await;
+                        }
                     });
                 }
                 Err(fatal) => {
