@@ -10,8 +10,6 @@ pub mod log_store;
 pub mod network;
 pub mod state_machine;
 
-use std::io::Cursor;
-
 use crate::tree::DataTree;
 use crate::txn::TxnBatch;
 use crate::txn::TxnResult;
@@ -25,7 +23,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -9,7 +9,6 @@
 //! to be written. The newest file is loaded at start; older ones are removed after a new one
 //! is durable (fsynced and renamed into place).
 
-use std::io::Cursor;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,6 +74,45 @@ struct SnapshotFile {
     tree: DataTree,
 }
 
+/// The fields of a [`SnapshotFile`] before the tree (postcard writes fields in order), so
+/// openraft's snapshot meta is read without decoding the tree.
+#[derive(Deserialize)]
+struct SnapshotHeader {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, openraft::BasicNode>,
+}
+
+/// Decodes a snapshot (or its header) straight from the file, without reading the whole
+/// file into memory first. postcard's reader needs scratch space as large as the largest
+/// single string or byte field; the file's length bounds that, and the zeroed buffer costs
+/// only the pages a field actually touches.
+fn decode_from<T: serde::de::DeserializeOwned>(file: &mut std::fs::File, scratch_len: usize) -> std::io::Result<T> {
+    use std::io::Seek;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let mut scratch = vec![0u8; scratch_len.max(64 << 10)];
+    let reader = std::io::BufReader::with_capacity(1 << 20, &mut *file);
+    let (value, _) = postcard::from_io((reader, scratch.as_mut_slice())).map_err(std::io::Error::other)?;
+    Ok(value)
+}
+
+/// Decodes a whole snapshot file.
+fn decode_snapshot(file: &mut std::fs::File) -> std::io::Result<SnapshotFile> {
+    let len = file.metadata()?.len();
+    let decoded = decode_from(file, usize::try_from(len).unwrap_or(usize::MAX));
+    crate::tree::acl::forget_decoded();
+    decoded
+}
+
+/// Opens a snapshot file and reads openraft's meta from its header; the returned file is
+/// positioned at its start, ready to be streamed to a follower.
+fn open_snapshot(path: &Path) -> std::io::Result<(SnapshotMeta<u64, openraft::BasicNode>, std::fs::File)> {
+    use std::io::Seek;
+    let mut file = std::fs::File::open(path)?;
+    let header: SnapshotHeader = decode_from(&mut file, 64 << 10)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    Ok((meta_of(header.last_applied, header.membership), file))
+}
+
 fn sm_err(e: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::write_state_machine(AnyError::new(&e)).into()
 }
@@ -109,20 +147,27 @@ fn newest_snapshot(dir: &Path) -> std::io::Result<Option<PathBuf>> {
     Ok(best)
 }
 
-fn meta_for(file: &SnapshotFile) -> SnapshotMeta<u64, openraft::BasicNode> {
-    let index = file.last_applied.map_or(0, |l| l.index);
-    SnapshotMeta {
-        last_log_id: file.last_applied,
-        last_membership: file.membership.clone(),
-        snapshot_id: format!("{index}"),
-    }
+fn meta_of(
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, openraft::BasicNode>,
+) -> SnapshotMeta<u64, openraft::BasicNode> {
+    let index = last_applied.map_or(0, |l| l.index);
+    SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id: format!("{index}") }
 }
 
-/// Writes a snapshot durably: temp file, fsync, rename, fsync the directory; then removes
-/// older snapshots.
-fn write_snapshot(dir: &Path, last: &Option<LogId<u64>>, bytes: &[u8]) -> std::io::Result<u64> {
-    use std::io::Write;
-    write_snapshot_with(dir, last, |w| w.write_all(bytes))
+/// Prefix of the files a snapshot from the leader is received into.
+const RECEIVING_PREFIX: &str = "receiving-";
+
+/// Removes the files snapshots from the leader were received into. One still being written
+/// keeps its data: its writer holds it open.
+fn remove_received(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(RECEIVING_PREFIX)) {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    Ok(())
 }
 
 /// Writes a snapshot file durably through `fill` (temp file, fsync, rename, fsync the
@@ -166,11 +211,21 @@ impl StateMachine {
             membership: StoredMembership::default(),
             dir: dir.to_owned(),
         };
+        // Partial transfers from a leader that a crash interrupted.
+        remove_received(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
         if let Some(path) = newest_snapshot(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
-            let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            let mut file: SnapshotFile =
-                postcard::from_bytes(&bytes).map_err(|e| format!("decoding {}: {e}", path.display()))?;
+            let started = std::time::Instant::now();
+            let mut file = std::fs::File::open(&path)
+                .and_then(|mut f| decode_snapshot(&mut f))
+                .map_err(|e| format!("reading {}: {e}", path.display()))?;
             file.tree.compute_digest();
+            tracing::info!(
+                path = %path.display(),
+                znodes = file.tree.node_count(),
+                zxid = file.tree.last_zxid(),
+                ms = started.elapsed().as_millis() as u64,
+                "snapshot loaded"
+            );
             sm.last_applied = file.last_applied;
             sm.membership = file.membership.clone();
             let last_zxid = file.tree.last_zxid();
@@ -212,7 +267,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             ms = started.elapsed().as_millis() as u64,
             "snapshot written"
         );
-        Ok(Snapshot { meta: meta_for(&self.file), snapshot: Box::new(Cursor::new(Vec::new())) })
+        let path = snapshot_path(&self.dir, &self.file.last_applied);
+        let file = std::fs::File::open(&path).map_err(snap_err)?;
+        Ok(Snapshot {
+            meta: meta_of(self.file.last_applied, self.file.membership.clone()),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
+        })
     }
 }
 
@@ -280,19 +340,32 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        // Chunks go straight to a file: a large snapshot never sits whole in memory.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let path = self.dir.join(format!("{RECEIVING_PREFIX}{nanos}.tmp"));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(snap_err)?;
+        Ok(Box::new(tokio::fs::File::from_std(file)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<u64, openraft::BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError> {
-        let bytes = snapshot.into_inner();
-        let mut file: SnapshotFile = postcard::from_bytes(&bytes).map_err(sm_err)?;
+        use tokio::io::AsyncWriteExt;
+        snapshot.flush().await.map_err(snap_err)?;
+        let mut received = snapshot.into_std().await;
+        let mut file = decode_snapshot(&mut received).map_err(sm_err)?;
         file.tree.compute_digest(); // before the write lock: O(n)
-        write_snapshot(&self.dir, &meta.last_log_id, &bytes).map_err(snap_err)?;
+        let bytes = {
+            use std::io::Seek;
+            received.seek(std::io::SeekFrom::Start(0)).map_err(snap_err)?;
+            write_snapshot_with(&self.dir, &meta.last_log_id, |w| std::io::copy(&mut received, w).map(|_| ()))
+                .map_err(snap_err)?
+        };
+        drop(received);
+        remove_received(&self.dir).map_err(snap_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let last_zxid = file.tree.last_zxid();
@@ -300,7 +373,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.shared.applied.send_replace(last_zxid);
         tracing::info!(
             index = meta.last_log_id.map_or(0, |l| l.index),
-            bytes = bytes.len(),
+            bytes,
             zxid = last_zxid,
             "snapshot installed from the leader"
         );
@@ -309,11 +382,80 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        // Only the header is decoded: openraft asks for this at start for the meta alone.
         if let Some(path) = newest_snapshot(&self.dir).map_err(snap_err)? {
-            let bytes = std::fs::read(&path).map_err(snap_err)?;
-            let file: SnapshotFile = postcard::from_bytes(&bytes).map_err(sm_err)?;
-            return Ok(Some(Snapshot { meta: meta_for(&file), snapshot: Box::new(Cursor::new(bytes)) }));
+            let (meta, file) = open_snapshot(&path).map_err(snap_err)?;
+            return Ok(Some(Snapshot { meta, snapshot: Box::new(tokio::fs::File::from_std(file)) }));
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::acl::AclEntry;
+    use crate::txn::CreateOp;
+    use crate::txn::Txn;
+    use crate::txn::TxnOp;
+
+    fn create(tree: &mut DataTree, path: &str, data: Vec<u8>) {
+        let op = TxnOp::Create(CreateOp {
+            path: path.into(),
+            data: Some(bytes::Bytes::from(data)),
+            acl: AclEntry::open(),
+            flags: 0,
+            ttl: -1,
+        });
+        let zxid = next_zxid(tree);
+        let (r, _) = tree.apply(zxid, &Txn { session_id: 0, time_ms: 1, auth: vec![], op });
+        assert!(r.is_ok(), "{path}: {r:?}");
+    }
+
+    /// A snapshot written to its file reads back whole, streamed (with a data field larger
+    /// than postcard's minimum scratch), its header alone gives openraft's meta, and equal
+    /// ACLs come back as one shared allocation.
+    #[test]
+    fn snapshot_file_round_trip() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", vec![7u8; 300 << 10]);
+        create(&mut tree, "/a/b", b"x".to_vec());
+        create(&mut tree, "/c", Vec::new());
+        let last = Some(LogId::new(openraft::CommittedLeaderId::new(3, 0), 42));
+        let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
+        write_snapshot_with(dir.path(), &last, |w| {
+            postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
+        })
+        .expect("write");
+        let path = newest_snapshot(dir.path()).expect("list").expect("a snapshot");
+        assert_eq!(path, snapshot_path(dir.path(), &last));
+
+        let (meta, _) = open_snapshot(&path).expect("header");
+        assert_eq!(meta.last_log_id, last);
+        assert_eq!(meta.snapshot_id, "42");
+
+        let back = decode_snapshot(&mut std::fs::File::open(&path).expect("open")).expect("decode");
+        assert_eq!(back.last_applied, last);
+        assert_eq!(back.tree.node_count(), tree.node_count());
+        assert_eq!(back.tree.last_zxid(), tree.last_zxid());
+        assert_eq!(back.tree.digest(), tree.digest());
+        let (a, b, c) = (back.tree.node("/a"), back.tree.node("/a/b"), back.tree.node("/c"));
+        let (a, b, c) = (a.expect("/a"), b.expect("/a/b"), c.expect("/c"));
+        assert_eq!(a.data.as_ref().map(|d| d.len()), Some(300 << 10));
+        assert!(Arc::ptr_eq(&a.acl, &b.acl) && Arc::ptr_eq(&a.acl, &c.acl), "equal ACLs are shared");
+    }
+
+    /// A truncated file is an error, not a panic or a partial tree.
+    #[test]
+    fn truncated_snapshot_is_an_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", vec![1u8; 1000]);
+        let file = SnapshotFile { last_applied: None, membership: StoredMembership::default(), tree };
+        let bytes = postcard::to_stdvec(&file).expect("encode");
+        let path = dir.path().join("cut.bin");
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
+        assert!(decode_snapshot(&mut std::fs::File::open(&path).expect("open")).is_err());
     }
 }

@@ -35,6 +35,44 @@ impl AclEntry {
     }
 }
 
+thread_local! {
+    /// ACLs already decoded on this thread: see [`deserialize_shared`].
+    static DECODED: std::cell::RefCell<std::collections::HashMap<Vec<AclEntry>, std::sync::Arc<Vec<AclEntry>>>> =
+        Default::default();
+}
+
+/// Most ACLs distinct decoding remembers; past it, it starts over (sharing is an economy, not
+/// a guarantee).
+const DECODED_LIMIT: usize = 4096;
+
+/// Decodes a node's ACL, sharing one allocation among equal ACLs as apply does (a node gets
+/// its parent's). A snapshot stores every node's ACL in full, so without this each node of a
+/// restarted server held its own copy: about 130 bytes a node.
+pub fn deserialize_shared<'de, D>(d: D) -> Result<std::sync::Arc<Vec<AclEntry>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let acl = Vec::<AclEntry>::deserialize(d)?;
+    Ok(DECODED.with(|decoded| {
+        let mut decoded = decoded.borrow_mut();
+        if let Some(shared) = decoded.get(&acl) {
+            return shared.clone();
+        }
+        if decoded.len() >= DECODED_LIMIT {
+            decoded.clear();
+        }
+        let shared = std::sync::Arc::new(acl.clone());
+        decoded.insert(acl, shared.clone());
+        shared
+    }))
+}
+
+/// Forgets the ACLs [`deserialize_shared`] remembered on this thread (after a snapshot is
+/// decoded, so they live no longer than the nodes that use them).
+pub fn forget_decoded() {
+    DECODED.with(|decoded| decoded.borrow_mut().clear());
+}
+
 impl From<&jute::Acl> for AclEntry {
     fn from(a: &jute::Acl) -> Self {
         AclEntry { perms: a.perms, id: AuthId { scheme: a.id.scheme.clone(), id: a.id.id.clone().unwrap_or_default() } }

@@ -138,6 +138,7 @@ impl Children {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     pub data: Option<Bytes>,
+    #[serde(deserialize_with = "acl::deserialize_shared")]
     pub acl: SharedAcl,
     pub stat: StatPersisted,
     pub children: Children,
