@@ -106,6 +106,19 @@ fn take_frame(src: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, CodecE
     Ok(Some(src.split_to(length)))
 }
 
+/// True if `buf` starts with a whole length-prefixed frame, or with a length prefix that
+/// decoding rejects at once (negative): either way, decoding it needs no more input. A
+/// connection uses this to tell whether requests it has already read are waiting.
+pub fn holds_frame(buf: &[u8]) -> bool {
+    match buf.first_chunk::<4>() {
+        Some(prefix) => {
+            let length = i32::from_be_bytes(*prefix);
+            length < 0 || buf.len() - 4 >= length as usize
+        }
+        None => false,
+    }
+}
+
 fn put_frame(dst: &mut BytesMut, body_len: usize, write: impl FnOnce(&mut BytesMut)) {
     dst.reserve(4 + body_len);
     let start = dst.len();
@@ -346,6 +359,17 @@ mod tests {
         assert_eq!(src.capacity(), cap_before);
         let mut src = BytesMut::from(&[0xff, 0xff, 0xff, 0xfe][..]);
         assert!(matches!(ServerCodec::default().decode(&mut src), Err(CodecError::FrameLength { length: -2, .. })));
+    }
+
+    #[test]
+    fn holds_frame_only_when_decoding_needs_no_more_input() {
+        assert!(!holds_frame(&[]));
+        assert!(!holds_frame(&[0, 0, 0]));
+        assert!(holds_frame(&[0, 0, 0, 0]));
+        assert!(!holds_frame(&[0, 0, 0, 3, 1, 2]));
+        assert!(holds_frame(&[0, 0, 0, 3, 1, 2, 3]));
+        assert!(holds_frame(&[0, 0, 0, 1, 9, 0, 0]));
+        assert!(holds_frame(&[0xff, 0xff, 0xff, 0xfe]));
     }
 
     #[test]

@@ -284,13 +284,23 @@ async fn serve(
     let mut submitted = 0u64;
     let mut events: VecDeque<Event> = VecDeque::new();
     let mut reading = true;
+    // Replies fed to the writer and not flushed yet: they go out in one write once no
+    // request already read is left to answer.
+    let mut unflushed = false;
 
     loop {
+        if unflushed && !(reading && jute::codec::holds_frame(reader.read_buffer())) {
+            if writer.flush().await.is_err() {
+                break;
+            }
+            unflushed = false;
+        }
         tokio::select! {
             biased;
             Some(done) = jobs.next() => {
-                // Every reply that is ready goes out in one write: a client with several
-                // requests in flight (a batch commits them together) costs one syscall.
+                // Every reply that is ready goes out in one write, with those of requests
+                // already read (see `unflushed`): a client with several requests in flight
+                // (pipelined reads, or writes one batch commits together) costs one syscall.
                 let mut next = Some(done);
                 let mut end = false;
                 while let Some(Done { xid, reply, close, op, short, started }) = next.take() {
@@ -318,9 +328,11 @@ async fn serve(
                     }
                     next = jobs.next().now_or_never().flatten();
                 }
-                if writer.flush().await.is_err() || end {
+                if end {
+                    let _ = writer.flush().await;
                     break;
                 }
+                unflushed = true;
             }
             Some(e) = ev_rx.recv() => {
                 events.push_back(e);
@@ -475,6 +487,10 @@ async fn serve(
             }
             else => break,
         }
+    }
+    if unflushed {
+        // Answers to requests read before a bad frame or a close still go out.
+        let _ = writer.flush().await;
     }
     d.watches.disconnect(session_id, &ev_tx);
     d.sessions.detach(session_id, conn_id);
