@@ -900,7 +900,13 @@ def test_leader_frozen_by_sigstop_under_lock_load(ensemble3, clients, lock_runs,
         wait_until(lambda: sorted(ens.mode(i) for i in others) == ["follower", "leader"], 20,
                    "the other two to elect a leader")
         after = run.wait_acks(6, since=t_stop, timeout=30)
-        print(f"first acknowledged write {min(e['t'] for _, e in after) - t_stop:.2f}s after freezing the leader")
+        first = min(e['t'] for _, e in after) - t_stop
+        print(f"first acknowledged write {first:.2f}s after freezing the leader")
+        if ens.kind == "warden":
+            # A follower fails its forward to the frozen leader once another is elected, so
+            # writes resume well before a lock waiter's 10 s acquire timeout (they used to
+            # wait out the 10 s forward timeout).
+            assert first < 8.0, f"first acknowledged write {first:.2f}s after freezing the leader"
         time.sleep(max(0.0, t_stop + 2 * SESSION_TIMEOUT - time.time()))
     finally:
         ens.sigcont(leader)

@@ -108,6 +108,21 @@ async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
     }
 }
 
+/// Resolves once Raft names a leader other than `leader_id` (never, if Raft stops).
+async fn leader_other_than(
+    metrics: &mut tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, openraft::BasicNode>>,
+    leader_id: u64,
+) {
+    loop {
+        if matches!(metrics.borrow_and_update().current_leader, Some(l) if l != leader_id) {
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// Fails every txn queued right now. After this server's own batch fails as leader (it lost
 /// the leadership, e.g. cut off by a partition), what queued behind it was sent to a leader
 /// that is no more, and its clients have been or will be disconnected; forwarding it later to
@@ -234,10 +249,25 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
         match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
             Ok(answer) => {
                 let mut applied = shared.applied.subscribe();
+                let mut metrics = raft.metrics();
                 // A failed forward leaves what is queued here alone: it goes to the current
                 // leader next (this server lost no leadership of its own).
                 tokio::spawn(async move {
-                    match answer.await {
+                    // A leader that stopped answering (frozen, cut off) is replaced within a
+                    // second; waiting out FORWARD_TIMEOUT for it would hold up every write of
+                    // this server's clients. Its clients get ConnectionLoss, as when
+                    // ZooKeeper's follower loses its leader: the outcome is in doubt.
+                    let answer = tokio::select! {
+                        biased;
+                        answer = answer => answer,
+                        () = leader_other_than(&mut metrics, leader_id) => {
+                            fail_all(waiters, "the leader changed while a forwarded batch was in flight");
+                            drop(slot);
+                            drop(permit);
+                            return;
+                        }
+                    };
+                    match answer {
                         Ok(PeerResponse::Forward(Ok(results))) => {
                             let last = results.iter().map(|r| r.zxid).max().unwrap_or(0);
                             let _ = tokio::time::timeout(FORWARD_TIMEOUT, applied.wait_for(|z| *z >= last)).await;
