@@ -7,7 +7,9 @@
 //! postcard encoding of [`SnapshotFile`]: the last applied log id, the membership and the whole
 //! tree. Built from an O(1) clone of the persistent tree, so apply never waits for a snapshot
 //! to be written. The newest file is loaded at start; older ones are removed after a new one
-//! is durable (fsynced and renamed into place).
+//! is durable (fsynced and renamed into place). Files are decoded streamed, never read whole
+//! into memory; openraft's snapshot data is the open file itself (sent to followers from it,
+//! received from a leader into `receiving-*.tmp`), and its meta comes from the file's header.
 
 use std::path::Path;
 use std::path::PathBuf;
