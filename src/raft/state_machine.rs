@@ -160,12 +160,14 @@ fn meta_of(
 /// Prefix of the files a snapshot from the leader is received into.
 const RECEIVING_PREFIX: &str = "receiving-";
 
-/// Removes the files snapshots from the leader were received into. One still being written
-/// keeps its data: its writer holds it open.
-fn remove_received(dir: &Path) -> std::io::Result<()> {
+/// Removes the files in `dir` whose names start with `prefix`, except `keep`. A file still
+/// open elsewhere keeps its data for whoever holds it (a snapshot being sent, or one still
+/// being received).
+fn remove_with_prefix(dir: &Path, prefix: &str, keep: Option<&Path>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let p = entry?.path();
-        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(RECEIVING_PREFIX)) {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with(prefix) && keep != Some(p.as_path()) {
             let _ = std::fs::remove_file(&p);
         }
     }
@@ -192,13 +194,7 @@ fn write_snapshot_with(
     };
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
-    for entry in std::fs::read_dir(dir)? {
-        let p = entry?.path();
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with("snapshot-") && p != path {
-            let _ = std::fs::remove_file(&p);
-        }
-    }
+    remove_with_prefix(dir, "snapshot-", Some(&path))?;
     Ok(size)
 }
 
@@ -214,7 +210,7 @@ impl StateMachine {
             dir: dir.to_owned(),
         };
         // Partial transfers from a leader that a crash interrupted.
-        remove_received(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+        remove_with_prefix(dir, RECEIVING_PREFIX, None).map_err(|e| format!("listing {}: {e}", dir.display()))?;
         if let Some(path) = newest_snapshot(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
             let started = std::time::Instant::now();
             let mut file = std::fs::File::open(&path)
@@ -367,7 +363,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .map_err(snap_err)?
         };
         drop(received);
-        remove_received(&self.dir).map_err(snap_err)?;
+        remove_with_prefix(&self.dir, RECEIVING_PREFIX, None).map_err(snap_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let last_zxid = file.tree.last_zxid();
