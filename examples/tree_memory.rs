@@ -1,5 +1,6 @@
-//! Memory per znode of the DataTree alone: creates N znodes of 100 bytes under one parent and
-//! prints the process's anonymous RSS before and after.
+//! Memory per znode of the DataTree alone: creates N znodes of 100 bytes laid out as the
+//! benchmark's memory phase lays them out (`/warden-mem/b<i/1000>/n<i%1000>`, four loaders
+//! interleaved) and prints the process's anonymous RSS before and after.
 //! Run: `cargo run --release --example tree_memory -- 1000000`
 
 use bytes::Bytes;
@@ -8,6 +9,10 @@ use warden::tree::DataTree;
 use warden::txn::CreateOp;
 use warden::txn::Txn;
 use warden::txn::TxnOp;
+
+// The server's allocator, so the size classes are the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn rss_anon_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -34,9 +39,24 @@ fn main() {
     };
     let before = rss_anon_kb();
     let mut tree = DataTree::new();
-    let _ = tree.apply(1, &create("/b".into()));
-    for i in 0..n {
-        let _ = tree.apply(i + 2, &create(format!("/b/n{i:07}")));
+    let mut zxid = 1;
+    let mut apply = |tree: &mut DataTree, path: String| {
+        zxid += 1;
+        let _ = tree.apply(zxid, &create(path));
+    };
+    apply(&mut tree, "/warden-mem".into());
+    for b in 0..(n + 999) / 1000 {
+        apply(&mut tree, format!("/warden-mem/b{b}"));
+    }
+    // Four loaders, each over its quarter of the indices, their creates interleaved.
+    let per = (n + 3) / 4;
+    for k in 0..per {
+        for l in 0..4 {
+            let i = l * per + k;
+            if i < n {
+                apply(&mut tree, format!("/warden-mem/b{}/n{}", i / 1000, i % 1000));
+            }
+        }
     }
     let after = rss_anon_kb();
     println!(

@@ -17,7 +17,6 @@
 //! the numbers differ from ZooKeeper's while the format is the same. Only this module knows
 //! the encoding; this module owns no state and never touches the tree.
 
-use bytes::Bytes;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::acl::AclEntry;
@@ -65,7 +64,7 @@ fn put_str(h: &mut Xxh3, s: &str) {
 }
 
 /// The content part of a node's digest: its path and data.
-pub fn content(path: &str, data: Option<&Bytes>) -> u64 {
+pub fn content(path: &str, data: Option<&[u8]>) -> u64 {
     let mut h = Xxh3::new();
     h.update(b"warden-digest-content\0");
     put_str(&mut h, path);
@@ -103,5 +102,5 @@ pub fn meta(path: &str, node: &Node) -> u64 {
 
 /// A node's whole digest.
 pub fn node(path: &str, node: &Node) -> u64 {
-    add(content(path, node.data.as_ref()), meta(path, node))
+    add(content(path, node.data.as_deref()), meta(path, node))
 }

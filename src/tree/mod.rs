@@ -11,10 +11,10 @@
 
 pub mod acl;
 pub mod digest;
+pub mod nodes;
 pub mod path;
 
 use bytes::Bytes;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use imbl::OrdMap as HashMap;
@@ -29,6 +29,7 @@ use serde::Serialize;
 use self::acl::AclEntry;
 use self::acl::AuthId;
 use self::digest::ZxidDigest;
+use self::nodes::NodeMap;
 use crate::txn::CreateOp;
 use crate::txn::OpResult;
 use crate::txn::Txn;
@@ -103,51 +104,21 @@ fn kind_of(owner: i64) -> NodeKind {
 /// A node's ACL, shared: most nodes have their parent's ACL, so they share one allocation.
 pub type SharedAcl = Arc<Vec<AclEntry>>;
 
-/// A node's child names. Leaves (most nodes) hold nothing; a parent's set is shared with
-/// snapshots and copied on its first change after one (`Arc::make_mut`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Children(Option<Arc<BTreeSet<Box<str>>>>);
-
-impl Children {
-    /// Number of children.
-    pub fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |c| c.len())
-    }
-    /// True for a leaf.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Child names in order.
-    pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().flat_map(|c| c.iter().map(|b| &**b))
-    }
-    fn insert(&mut self, name: &str) {
-        Arc::make_mut(self.0.get_or_insert_with(Default::default)).insert(name.into());
-    }
-    fn remove(&mut self, name: &str) {
-        if let Some(set) = self.0.as_mut() {
-            Arc::make_mut(set).remove(name);
-            if set.is_empty() {
-                self.0 = None;
-            }
-        }
-    }
-}
-
-/// One znode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One znode (its path is its key in [`nodes::NodeMap`]; its children are found there too).
+/// The data is a boxed slice of exactly its length (no `Bytes` header, no shared-buffer
+/// bookkeeping); reads copy it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
-    pub data: Option<Bytes>,
-    #[serde(deserialize_with = "acl::deserialize_shared")]
+    pub data: Option<Box<[u8]>>,
     pub acl: SharedAcl,
     pub stat: StatPersisted,
-    pub children: Children,
+    pub num_children: u32,
 }
 
 impl Node {
-    fn new(data: Option<Bytes>, acl: SharedAcl, zxid: i64, time: i64, owner: i64) -> Node {
+    fn new(data: Option<&[u8]>, acl: SharedAcl, zxid: i64, time: i64, owner: i64) -> Node {
         Node {
-            data,
+            data: data.map(Box::from),
             acl,
             stat: StatPersisted {
                 czxid: zxid,
@@ -160,7 +131,7 @@ impl Node {
                 ephemeral_owner: owner,
                 pzxid: zxid,
             },
-            children: Children::default(),
+            num_children: 0,
         }
     }
 
@@ -175,7 +146,7 @@ impl Node {
             version: s.version,
             // DataNode.copyStat: the stored cversion counts creates; clients see creates plus
             // deletes, i.e. 2 * creates - children (so a fresh /zookeeper shows -2).
-            cversion: s.cversion.wrapping_mul(2).wrapping_sub(self.children.len() as i32),
+            cversion: s.cversion.wrapping_mul(2).wrapping_sub(self.num_children as i32),
             aversion: s.aversion,
             // DataNode.getClientEphemeralOwner: containers and TTL nodes show 0 to clients.
             ephemeral_owner: match kind_of(s.ephemeral_owner) {
@@ -183,7 +154,7 @@ impl Node {
                 _ => 0,
             },
             data_length: self.data.as_ref().map_or(0, |d| d.len() as i32),
-            num_children: self.children.len() as i32,
+            num_children: self.num_children as i32,
             pzxid: s.pzxid,
         }
     }
@@ -229,7 +200,7 @@ fn is_special(path: &str) -> bool {
 /// The tree and the replicated session table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DataTree {
-    nodes: HashMap<String, Node>,
+    nodes: NodeMap,
     sessions: HashMap<i64, SessionEntry>,
     /// Paths of containers and TTL nodes, for the reaper.
     reapable: OrdSet<String>,
@@ -259,7 +230,7 @@ impl DataTree {
     /// ZooKeeper has.
     pub fn new() -> DataTree {
         let mut t = DataTree {
-            nodes: HashMap::new(),
+            nodes: NodeMap::default(),
             sessions: HashMap::new(),
             reapable: OrdSet::new(),
             last_zxid: 0,
@@ -268,20 +239,20 @@ impl DataTree {
             digest: None,
             digest_log: imbl::Vector::new(),
         };
-        t.nodes.insert("/".into(), Node::new(Some(Bytes::new()), Arc::new(AclEntry::open()), 0, 0, 0));
-        for (path, acl, data) in [
-            ("/zookeeper", AclEntry::open(), Some(Bytes::new())),
-            ("/zookeeper/quota", AclEntry::open(), Some(Bytes::new())),
-            ("/zookeeper/config", AclEntry::read_only(), Some(Bytes::new())),
+        t.nodes.insert("/", Node::new(Some(&[]), Arc::new(AclEntry::open()), 0, 0, 0));
+        for (path, acl) in [
+            ("/zookeeper", AclEntry::open()),
+            ("/zookeeper/quota", AclEntry::open()),
+            ("/zookeeper/config", AclEntry::read_only()),
         ] {
             let parent = path::parent(path).expect("special paths have parents").to_owned();
-            t.nodes.insert(path.into(), Node::new(data, Arc::new(acl), 0, 0, 0));
-            if let Some(p) = t.nodes.get_mut(&parent) {
-                p.children.insert(path::name(path));
+            t.nodes.insert(path, Node::new(Some(&[]), Arc::new(acl), 0, 0, 0));
+            if let Some(p) = t.node_mut(&parent) {
+                p.num_children += 1;
             }
             t.data_size += path.len() as i64;
         }
-        if let Some(config) = t.nodes.get_mut("/zookeeper/config") {
+        if let Some(config) = t.node_mut("/zookeeper/config") {
             // ZooKeeper keeps /zookeeper/config at version -1 until a reconfig writes it.
             config.stat.version = -1;
         }
@@ -339,6 +310,11 @@ impl DataTree {
         self.nodes.get(path)
     }
 
+    /// A node to change, copied first if a snapshot or scratch copy still shares it.
+    fn node_mut(&mut self, path: &str) -> Option<&mut Node> {
+        self.nodes.get_mut(path)
+    }
+
     /// A session, if present.
     pub fn session(&self, id: i64) -> Option<&SessionEntry> {
         self.sessions.get(&id)
@@ -363,7 +339,7 @@ impl DataTree {
     /// (`ContainerManager.getCandidates`).
     pub fn is_reapable(&self, path: &str, now_ms: i64) -> bool {
         let Some(node) = self.nodes.get(path) else { return false };
-        if !node.children.is_empty() {
+        if node.num_children > 0 {
             return false;
         }
         match node.kind() {
@@ -383,7 +359,7 @@ impl DataTree {
     }
 
     fn read_node(&self, path: &str, perm: i32, ids: &[AuthId]) -> Result<&Node, TreeError> {
-        let node = self.nodes.get(Self::read_key(path)).ok_or(TreeError::NoNode)?;
+        let node = self.node(Self::read_key(path)).ok_or(TreeError::NoNode)?;
         if !acl::allowed(&node.acl, perm, ids) {
             return Err(TreeError::NoAuth);
         }
@@ -392,19 +368,19 @@ impl DataTree {
 
     /// `exists`: the node's Stat (no ACL check, as in ZooKeeper).
     pub fn exists(&self, path: &str) -> Result<Stat, TreeError> {
-        self.nodes.get(Self::read_key(path)).map(Node::stat).ok_or(TreeError::NoNode)
+        self.node(Self::read_key(path)).map(Node::stat).ok_or(TreeError::NoNode)
     }
 
     /// `getData`.
     pub fn get_data(&self, path: &str, ids: &[AuthId]) -> Result<(Option<Bytes>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ, ids)?;
-        Ok((node.data.clone(), node.stat()))
+        Ok((node.data.as_deref().map(Bytes::copy_from_slice), node.stat()))
     }
 
     /// `getChildren`/`getChildren2`: children in name order, and the parent's Stat.
     pub fn get_children(&self, path: &str, ids: &[AuthId]) -> Result<(Vec<String>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ, ids)?;
-        Ok((node.children.iter().map(str::to_owned).collect(), node.stat()))
+        Ok((self.nodes.children(Self::read_key(path)).map(str::to_owned).collect(), node.stat()))
     }
 
     /// `getACL`: needs READ or ADMIN; without ADMIN, digest ids are shown as `user:x`
@@ -424,17 +400,8 @@ impl DataTree {
     /// `getAllChildrenNumber`: every descendant of `path`.
     pub fn all_children_number(&self, path: &str, ids: &[AuthId]) -> Result<i32, TreeError> {
         self.read_node(path, jute::perms::READ, ids)?;
-        let mut count = 0i64;
-        let mut stack = vec![Self::read_key(path).to_owned()];
-        while let Some(p) = stack.pop() {
-            if let Some(n) = self.nodes.get(&p) {
-                for c in n.children.iter() {
-                    count += 1;
-                    stack.push(path::join(&p, c));
-                }
-            }
-        }
-        Ok(count.min(i64::from(i32::MAX)) as i32)
+        let count = self.nodes.descendants(Self::read_key(path));
+        Ok(i32::try_from(count).unwrap_or(i32::MAX))
     }
 
     /// `getEphemerals`: the session's ephemerals at or below `prefix` ("" or "/" for all).
@@ -530,15 +497,15 @@ impl DataTree {
             TxnOp::Delete { path, version } => self.delete(zxid, txn, path, *version, changes),
             TxnOp::SetData { path, data, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
-                let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+                let node = self.node(path).ok_or(TreeError::NoNode)?;
                 if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
                     return Err(TreeError::NoAuth);
                 }
                 let new_version = check_version(node.stat.version, *version)?;
-                let old_len = node.data.as_ref().map_or(0, Bytes::len) as i64;
+                let old_len = node.data.as_ref().map_or(0, |d| d.len()) as i64;
                 let old_digest = digest::node(path, node);
-                let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
-                node.data = data.clone();
+                let node = self.node_mut(path).ok_or(TreeError::NoNode)?;
+                node.data = data.as_deref().map(Box::from);
                 node.stat.version = new_version;
                 node.stat.mzxid = zxid;
                 node.stat.mtime = txn.time_ms;
@@ -553,13 +520,13 @@ impl DataTree {
             TxnOp::SetAcl { path, acl: requested, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
                 let fixed = acl::fixup(requested, &txn.auth).ok_or(TreeError::InvalidAcl)?;
-                let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+                let node = self.node(path).ok_or(TreeError::NoNode)?;
                 if !acl::allowed(&node.acl, jute::perms::ADMIN, &txn.auth) {
                     return Err(TreeError::NoAuth);
                 }
                 let new_version = check_version(node.stat.aversion, *version)?;
                 let old_meta = digest::meta(path, node);
-                let node = self.nodes.get_mut(path).ok_or(TreeError::NoNode)?;
+                let node = self.node_mut(path).ok_or(TreeError::NoNode)?;
                 node.acl = Arc::new(fixed);
                 node.stat.aversion = new_version;
                 let stat = node.stat();
@@ -569,7 +536,7 @@ impl DataTree {
             }
             TxnOp::Check { path, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
-                let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+                let node = self.node(path).ok_or(TreeError::NoNode)?;
                 if !acl::allowed(&node.acl, jute::perms::READ, &txn.auth) {
                     return Err(TreeError::NoAuth);
                 }
@@ -610,7 +577,7 @@ impl DataTree {
         let path =
             if mode.is_sequential() { format!("{}{:010}", op.path, parent.stat.cversion) } else { op.path.clone() };
         path::validate(&path).map_err(|_| TreeError::BadArguments)?;
-        if self.nodes.contains_key(&path) {
+        if self.nodes.contains(&path) {
             return Err(TreeError::NodeExists);
         }
         if let NodeKind::Ephemeral(_) = parent.kind() {
@@ -622,22 +589,21 @@ impl DataTree {
         let owner = owner_for(mode, txn.session_id, op.ttl);
         // Share the parent's ACL allocation when it is the same list (the common case).
         let shared_acl = if *parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
-        let node = Node::new(op.data.clone(), shared_acl, zxid, txn.time_ms, owner);
+        let node = Node::new(op.data.as_deref(), shared_acl, zxid, txn.time_ms, owner);
         let stat = node.stat();
-        let name = path::name(&path).to_owned();
         let node_acl = node.acl.clone();
         let node_digest = digest::node(&path, &node);
-        let parent = self.nodes.get_mut(parent_path).ok_or(TreeError::NoNode)?;
+        let parent = self.node_mut(parent_path).ok_or(TreeError::NoNode)?;
         let parent_meta = digest::meta(parent_path, parent);
         let parent_acl = parent.acl.clone();
-        parent.children.insert(&name);
+        parent.num_children += 1;
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
         parent.stat.pzxid = zxid;
         let new_parent_meta = digest::meta(parent_path, parent);
         self.digest_swap(parent_meta, new_parent_meta);
         self.digest_swap(0, node_digest);
         self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;
-        self.nodes.insert(path.clone(), node);
+        self.nodes.insert(&path, node);
         match kind_of(owner) {
             NodeKind::Ephemeral(session) => {
                 if let Some(s) = self.sessions.get_mut(&session) {
@@ -672,9 +638,9 @@ impl DataTree {
         if !acl::allowed(&parent.acl, jute::perms::DELETE, &txn.auth) {
             return Err(TreeError::NoAuth);
         }
-        let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+        let node = self.node(path).ok_or(TreeError::NoNode)?;
         check_version(node.stat.version, version)?;
-        if !node.children.is_empty() {
+        if node.num_children > 0 {
             return Err(TreeError::NotEmpty);
         }
         self.remove_node(path, zxid, changes);
@@ -686,7 +652,7 @@ impl DataTree {
     fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
         let Some(node) = self.nodes.remove(path) else { return };
         self.digest_swap(digest::node(path, &node), 0);
-        self.data_size -= path.len() as i64 + node.data.as_ref().map_or(0, Bytes::len) as i64;
+        self.data_size -= path.len() as i64 + node.data.as_ref().map_or(0, |d| d.len()) as i64;
         match node.kind() {
             NodeKind::Ephemeral(session) => {
                 if let Some(s) = self.sessions.get_mut(&session) {
@@ -700,17 +666,17 @@ impl DataTree {
         }
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
         let mut parent_acl = SharedAcl::default();
-        if let Some(parent) = self.nodes.get_mut(&parent_path) {
+        if let Some(parent) = self.node_mut(&parent_path) {
             let old_meta = digest::meta(&parent_path, parent);
             parent_acl = parent.acl.clone();
-            parent.children.remove(path::name(path));
+            parent.num_children = parent.num_children.saturating_sub(1);
             if zxid > parent.stat.pzxid {
                 parent.stat.pzxid = zxid;
             }
             let new_meta = digest::meta(&parent_path, parent);
             self.digest_swap(old_meta, new_meta);
         }
-        changes.push(Change { event: EventType::NodeDeleted, path: path.to_owned(), acl: node.acl });
+        changes.push(Change { event: EventType::NodeDeleted, path: path.to_owned(), acl: node.acl.clone() });
         changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path, acl: parent_acl });
     }
 }

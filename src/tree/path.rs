@@ -56,20 +56,6 @@ pub fn parent(path: &str) -> Option<&str> {
     Some(if idx == 0 { "/" } else { &path[..idx] })
 }
 
-/// The last component of a path (`"/a/b"` -> `"b"`).
-pub fn name(path: &str) -> &str {
-    path.rfind('/').map_or(path, |i| &path[i + 1..])
-}
-
-/// Joins a parent path and a child name.
-pub fn join(parent: &str, child: &str) -> String {
-    if parent == "/" {
-        format!("/{child}")
-    } else {
-        format!("{parent}/{child}")
-    }
-}
-
 /// True if `path` is `ancestor` or below it.
 pub fn is_at_or_below(path: &str, ancestor: &str) -> bool {
     ancestor == "/"
@@ -92,12 +78,10 @@ mod tests {
     }
 
     #[test]
-    fn parents_and_names() {
+    fn parents_and_ancestors() {
         assert_eq!(parent("/a/b"), Some("/a"));
         assert_eq!(parent("/a"), Some("/"));
         assert_eq!(parent("/"), None);
-        assert_eq!(name("/a/b"), "b");
-        assert_eq!(join("/", "a"), "/a");
         assert!(is_at_or_below("/a/b", "/a"));
         assert!(!is_at_or_below("/ab", "/a"));
     }

@@ -188,3 +188,65 @@ fn digest_survives_a_snapshot_round_trip() {
     assert_eq!(restored.digest(), t.digest());
     assert_eq!(restored.digest(), restored.full_digest());
 }
+
+/// Children come from the map's order: names that share a prefix with a sibling, or contain
+/// one, are neither lost nor mixed into another node's children; counts follow deletes.
+#[test]
+fn children_and_descendants_from_the_map() {
+    let mut t = DataTree::new();
+    let mut zxid = 10;
+    for p in ["/a", "/ab", "/a/b", "/a/b/c", "/a/c", "/ab/x", "/a/b/c/d", "/a/b2", "/b"] {
+        zxid += 1;
+        assert!(t.apply(zxid, &txn(0, create(p, 0))).0.is_ok(), "{p}");
+    }
+    let names = |t: &DataTree, p: &str| t.get_children(p, &[]).unwrap().0;
+    assert_eq!(names(&t, "/"), ["a", "ab", "b", "zookeeper"]);
+    assert_eq!(names(&t, ""), ["a", "ab", "b", "zookeeper"]);
+    assert_eq!(names(&t, "/a"), ["b", "b2", "c"]);
+    assert_eq!(names(&t, "/a/b"), ["c"]);
+    assert_eq!(names(&t, "/ab"), ["x"]);
+    assert!(names(&t, "/b").is_empty());
+    assert_eq!(t.exists("/a").unwrap().num_children, 3);
+    assert_eq!(t.all_children_number("/a", &[]), Ok(5));
+    assert_eq!(t.all_children_number("/ab", &[]), Ok(1));
+    assert_eq!(t.all_children_number("/b", &[]), Ok(0));
+    // Everything below the root: 9 created plus /zookeeper, /zookeeper/quota, /zookeeper/config.
+    assert_eq!(t.all_children_number("/", &[]), Ok(12));
+    assert_eq!(t.apply(30, &txn(0, TxnOp::Delete { path: "/a/c".into(), version: -1 })).0, Ok(TxnOutput::Deleted));
+    assert_eq!(names(&t, "/a"), ["b", "b2"]);
+    assert_eq!(t.exists("/a").unwrap().num_children, 2);
+    assert_eq!(t.get_children("/nope", &[]), Err(TreeError::NoNode));
+}
+
+/// The snapshot form is the one written when nodes kept child-name sets: such a snapshot
+/// loads with the right children, and a snapshot written now reads back as that form.
+#[test]
+fn snapshot_form_keeps_the_child_name_layout() {
+    use std::collections::BTreeMap;
+    use std::collections::BTreeSet;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct OldNode {
+        data: Option<Bytes>,
+        acl: Vec<AclEntry>,
+        stat: StatPersisted,
+        children: Option<BTreeSet<String>>,
+    }
+    let mut t = DataTree::new();
+    for (z, p) in ["/a", "/a/x", "/a/y", "/a/y/z"].iter().enumerate() {
+        assert!(t.apply(20 + z as i64, &txn(0, create(p, 0))).0.is_ok());
+    }
+    let bytes = postcard::to_stdvec(&t.nodes).unwrap();
+    let old: BTreeMap<String, OldNode> = postcard::from_bytes(&bytes).unwrap();
+    let set = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>());
+    assert_eq!(old["/"].children, set(&["a", "zookeeper"]));
+    assert_eq!(old["/a"].children, set(&["x", "y"]));
+    assert_eq!(old["/a/y"].children, set(&["z"]));
+    assert_eq!(old["/a/x"].children, None);
+    assert_eq!(old["/a/x"].data.as_deref(), Some(&b"x"[..]));
+
+    let back: NodeMap = postcard::from_bytes(&postcard::to_stdvec(&old).unwrap()).unwrap();
+    assert_eq!(back, t.nodes);
+    assert_eq!(back.children("/a").collect::<Vec<_>>(), ["x", "y"]);
+    assert_eq!(back.get("/a").map(|n| n.num_children), Some(2));
+}
