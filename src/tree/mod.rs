@@ -104,6 +104,56 @@ fn kind_of(owner: i64) -> NodeKind {
 /// A node's ACL, shared: most nodes have their parent's ACL, so they share one allocation.
 pub type SharedAcl = Arc<Vec<AclEntry>>;
 
+/// A node's persisted Stat (ZooKeeper's `StatPersisted`, which is what snapshots store) and
+/// its child count, in 64 bytes: a `StatPersisted` alone pads to 64, and the count beside it
+/// would push a node and its key past an allocator size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeStat {
+    pub czxid: i64,
+    pub mzxid: i64,
+    pub ctime: i64,
+    pub mtime: i64,
+    pub version: i32,
+    pub cversion: i32,
+    pub aversion: i32,
+    pub ephemeral_owner: i64,
+    pub pzxid: i64,
+    pub num_children: u32,
+}
+
+impl NodeStat {
+    /// From a snapshot's `StatPersisted` and the node's child count.
+    pub fn from_persisted(s: &StatPersisted, num_children: u32) -> NodeStat {
+        NodeStat {
+            czxid: s.czxid,
+            mzxid: s.mzxid,
+            ctime: s.ctime,
+            mtime: s.mtime,
+            version: s.version,
+            cversion: s.cversion,
+            aversion: s.aversion,
+            ephemeral_owner: s.ephemeral_owner,
+            pzxid: s.pzxid,
+            num_children,
+        }
+    }
+
+    /// The `StatPersisted` a snapshot stores.
+    pub fn persisted(&self) -> StatPersisted {
+        StatPersisted {
+            czxid: self.czxid,
+            mzxid: self.mzxid,
+            ctime: self.ctime,
+            mtime: self.mtime,
+            version: self.version,
+            cversion: self.cversion,
+            aversion: self.aversion,
+            ephemeral_owner: self.ephemeral_owner,
+            pzxid: self.pzxid,
+        }
+    }
+}
+
 /// One znode (its path is its key in [`nodes::NodeMap`]; its children are found there too).
 /// The data is a boxed slice of exactly its length (no `Bytes` header, no shared-buffer
 /// bookkeeping); reads copy it out.
@@ -111,8 +161,7 @@ pub type SharedAcl = Arc<Vec<AclEntry>>;
 pub struct Node {
     pub data: Option<Box<[u8]>>,
     pub acl: SharedAcl,
-    pub stat: StatPersisted,
-    pub num_children: u32,
+    pub stat: NodeStat,
 }
 
 impl Node {
@@ -120,7 +169,7 @@ impl Node {
         Node {
             data: data.map(Box::from),
             acl,
-            stat: StatPersisted {
+            stat: NodeStat {
                 czxid: zxid,
                 mzxid: zxid,
                 ctime: time,
@@ -130,8 +179,8 @@ impl Node {
                 aversion: 0,
                 ephemeral_owner: owner,
                 pzxid: zxid,
+                num_children: 0,
             },
-            num_children: 0,
         }
     }
 
@@ -146,7 +195,7 @@ impl Node {
             version: s.version,
             // DataNode.copyStat: the stored cversion counts creates; clients see creates plus
             // deletes, i.e. 2 * creates - children (so a fresh /zookeeper shows -2).
-            cversion: s.cversion.wrapping_mul(2).wrapping_sub(self.num_children as i32),
+            cversion: s.cversion.wrapping_mul(2).wrapping_sub(s.num_children as i32),
             aversion: s.aversion,
             // DataNode.getClientEphemeralOwner: containers and TTL nodes show 0 to clients.
             ephemeral_owner: match kind_of(s.ephemeral_owner) {
@@ -154,7 +203,7 @@ impl Node {
                 _ => 0,
             },
             data_length: self.data.as_ref().map_or(0, |d| d.len() as i32),
-            num_children: self.num_children as i32,
+            num_children: s.num_children as i32,
             pzxid: s.pzxid,
         }
     }
@@ -247,15 +296,11 @@ impl DataTree {
         ] {
             let parent = path::parent(path).expect("special paths have parents").to_owned();
             t.nodes.insert(path, Node::new(Some(&[]), Arc::new(acl), 0, 0, 0));
-            if let Some(p) = t.node_mut(&parent) {
-                p.num_children += 1;
-            }
+            t.nodes.update(&parent, |p| p.stat.num_children += 1);
             t.data_size += path.len() as i64;
         }
-        if let Some(config) = t.node_mut("/zookeeper/config") {
-            // ZooKeeper keeps /zookeeper/config at version -1 until a reconfig writes it.
-            config.stat.version = -1;
-        }
+        // ZooKeeper keeps /zookeeper/config at version -1 until a reconfig writes it.
+        t.nodes.update("/zookeeper/config", |config| config.stat.version = -1);
         t.digest = Some(t.full_digest());
         t
     }
@@ -310,11 +355,6 @@ impl DataTree {
         self.nodes.get(path)
     }
 
-    /// A node to change, copied first if a snapshot or scratch copy still shares it.
-    fn node_mut(&mut self, path: &str) -> Option<&mut Node> {
-        self.nodes.get_mut(path)
-    }
-
     /// A session, if present.
     pub fn session(&self, id: i64) -> Option<&SessionEntry> {
         self.sessions.get(&id)
@@ -339,7 +379,7 @@ impl DataTree {
     /// (`ContainerManager.getCandidates`).
     pub fn is_reapable(&self, path: &str, now_ms: i64) -> bool {
         let Some(node) = self.nodes.get(path) else { return false };
-        if node.num_children > 0 {
+        if node.stat.num_children > 0 {
             return false;
         }
         match node.kind() {
@@ -504,14 +544,16 @@ impl DataTree {
                 let new_version = check_version(node.stat.version, *version)?;
                 let old_len = node.data.as_ref().map_or(0, |d| d.len()) as i64;
                 let old_digest = digest::node(path, node);
-                let node = self.node_mut(path).ok_or(TreeError::NoNode)?;
-                node.data = data.as_deref().map(Box::from);
-                node.stat.version = new_version;
-                node.stat.mzxid = zxid;
-                node.stat.mtime = txn.time_ms;
-                let stat = node.stat();
-                let acl = node.acl.clone();
-                let new_digest = digest::node(path, node);
+                let (stat, acl, new_digest) = self
+                    .nodes
+                    .update(path, |node| {
+                        node.data = data.as_deref().map(Box::from);
+                        node.stat.version = new_version;
+                        node.stat.mzxid = zxid;
+                        node.stat.mtime = txn.time_ms;
+                        (node.stat(), node.acl.clone(), digest::node(path, node))
+                    })
+                    .ok_or(TreeError::NoNode)?;
                 self.digest_swap(old_digest, new_digest);
                 self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
                 changes.push(Change { event: EventType::NodeDataChanged, path: path.clone(), acl });
@@ -526,11 +568,14 @@ impl DataTree {
                 }
                 let new_version = check_version(node.stat.aversion, *version)?;
                 let old_meta = digest::meta(path, node);
-                let node = self.node_mut(path).ok_or(TreeError::NoNode)?;
-                node.acl = Arc::new(fixed);
-                node.stat.aversion = new_version;
-                let stat = node.stat();
-                let new_meta = digest::meta(path, node);
+                let (stat, new_meta) = self
+                    .nodes
+                    .update(path, |node| {
+                        node.acl = Arc::new(fixed);
+                        node.stat.aversion = new_version;
+                        (node.stat(), digest::meta(path, node))
+                    })
+                    .ok_or(TreeError::NoNode)?;
                 self.digest_swap(old_meta, new_meta);
                 Ok(TxnOutput::Stat(stat))
             }
@@ -593,13 +638,16 @@ impl DataTree {
         let stat = node.stat();
         let node_acl = node.acl.clone();
         let node_digest = digest::node(&path, &node);
-        let parent = self.node_mut(parent_path).ok_or(TreeError::NoNode)?;
-        let parent_meta = digest::meta(parent_path, parent);
-        let parent_acl = parent.acl.clone();
-        parent.num_children += 1;
-        parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
-        parent.stat.pzxid = zxid;
-        let new_parent_meta = digest::meta(parent_path, parent);
+        let (parent_meta, parent_acl, new_parent_meta) = self
+            .nodes
+            .update(parent_path, |parent| {
+                let before = digest::meta(parent_path, parent);
+                parent.stat.num_children += 1;
+                parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
+                parent.stat.pzxid = zxid;
+                (before, parent.acl.clone(), digest::meta(parent_path, parent))
+            })
+            .ok_or(TreeError::NoNode)?;
         self.digest_swap(parent_meta, new_parent_meta);
         self.digest_swap(0, node_digest);
         self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;
@@ -640,7 +688,7 @@ impl DataTree {
         }
         let node = self.node(path).ok_or(TreeError::NoNode)?;
         check_version(node.stat.version, version)?;
-        if node.num_children > 0 {
+        if node.stat.num_children > 0 {
             return Err(TreeError::NotEmpty);
         }
         self.remove_node(path, zxid, changes);
@@ -666,14 +714,16 @@ impl DataTree {
         }
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
         let mut parent_acl = SharedAcl::default();
-        if let Some(parent) = self.node_mut(&parent_path) {
-            let old_meta = digest::meta(&parent_path, parent);
-            parent_acl = parent.acl.clone();
-            parent.num_children = parent.num_children.saturating_sub(1);
+        let parent = self.nodes.update(&parent_path, |parent| {
+            let before = digest::meta(&parent_path, parent);
+            parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
             if zxid > parent.stat.pzxid {
                 parent.stat.pzxid = zxid;
             }
-            let new_meta = digest::meta(&parent_path, parent);
+            (before, parent.acl.clone(), digest::meta(&parent_path, parent))
+        });
+        if let Some((old_meta, acl, new_meta)) = parent {
+            parent_acl = acl;
             self.digest_swap(old_meta, new_meta);
         }
         changes.push(Change { event: EventType::NodeDeleted, path: path.to_owned(), acl: node.acl.clone() });

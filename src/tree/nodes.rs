@@ -4,19 +4,25 @@
 //! A key is the path behind one character whose code point is the path's depth (`/` is 0,
 //! `/a` is 1, `/a/b` is 2). Keys therefore sort by depth first and by path second, and the
 //! children of `/a` are exactly the keys from `depth 2` + `/a/` up to the first key without
-//! that prefix. Keys of up to 24 bytes live inline in the map (`CompactString`); nodes sit
-//! behind an `Arc`, so the copy-on-write after a snapshot or a multi's scratch copy copies
-//! pointers. A node keeps only its child count.
+//! that prefix. The map is a persistent ordered set of pointers, each to one allocation
+//! holding the key (inline up to 24 bytes, `CompactString`) and the node: the copy-on-write
+//! after a snapshot or a multi's scratch copy copies pointers, and a leaf of the set holds 8
+//! bytes an entry. A node keeps only its child count. A change to a node takes its entry out
+//! and puts it back ([`NodeMap::update`]), so the node is copied only while a snapshot or a
+//! scratch copy shares it.
 //!
 //! The serialized form (snapshots, and snapshots sent to followers) is the one the tree had
 //! with child-name sets: a map from path to node, each node with its children's names. So
 //! snapshots written before this layout load, and servers of both layouts exchange them.
 
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::ops::Bound;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use compact_str::CompactString;
-use imbl::OrdMap;
+use imbl::OrdSet;
 use jute::StatPersisted;
 use serde::de::MapAccess;
 use serde::de::SeqAccess;
@@ -29,6 +35,7 @@ use serde::Serialize;
 use serde::Serializer;
 
 use super::Node;
+use super::NodeStat;
 use super::SharedAcl;
 
 /// The depth of a path: its number of components (`/` has none).
@@ -76,64 +83,116 @@ fn descendant_prefix(parent: &str, levels: usize) -> CompactString {
     key_of(depth(parent) + levels, &[parent, slash])
 }
 
+/// A key and its node, in one allocation.
+#[derive(Debug, Clone)]
+struct Keyed {
+    key: CompactString,
+    node: Node,
+}
+
+/// An entry of the set: ordered, compared and looked up by its key alone.
+#[derive(Debug, Clone)]
+struct Entry(Arc<Keyed>);
+
+impl Borrow<str> for Entry {
+    fn borrow(&self) -> &str {
+        &self.0.key
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.key.as_str().cmp(other.0.key.as_str())
+    }
+}
+
+/// A node taken out of the map.
+pub struct Removed(Arc<Keyed>);
+
+impl Deref for Removed {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.0.node
+    }
+}
+
 /// Every znode by path.
 #[derive(Debug, Clone, Default)]
 pub struct NodeMap {
-    map: OrdMap<CompactString, Arc<Node>>,
+    set: OrdSet<Entry>,
 }
 
 impl NodeMap {
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.set.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.set.is_empty()
     }
 
     pub fn get(&self, path: &str) -> Option<&Node> {
-        self.map.get(key(path).as_str()).map(|n| &**n)
+        self.set.get(key(path).as_str()).map(|e| &e.0.node)
     }
 
-    /// A node to change, copied first if a snapshot or scratch copy still shares it.
-    pub fn get_mut(&mut self, path: &str) -> Option<&mut Node> {
-        self.map.get_mut(key(path).as_str()).map(Arc::make_mut)
+    /// Changes a node: takes it out, lets `f` change it (copying it first if a snapshot or
+    /// scratch copy still shares it) and puts it back. `None` if there is no such node.
+    pub fn update<R>(&mut self, path: &str, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let mut entry = self.set.remove(key(path).as_str())?;
+        let result = f(&mut Arc::make_mut(&mut entry.0).node);
+        self.set.insert(entry);
+        Some(result)
     }
 
     pub fn contains(&self, path: &str) -> bool {
-        self.map.contains_key(key(path).as_str())
+        self.set.contains(key(path).as_str())
     }
 
     /// Inserts a node without touching its parent's child count (the caller does).
     pub fn insert(&mut self, path: &str, node: Node) {
-        self.map.insert(key(path), Arc::new(node));
+        self.set.insert(Entry(Arc::new(Keyed { key: key(path), node })));
     }
 
-    pub fn remove(&mut self, path: &str) -> Option<Arc<Node>> {
-        self.map.remove(key(path).as_str())
+    pub fn remove(&mut self, path: &str) -> Option<Removed> {
+        self.set.remove(key(path).as_str()).map(|e| Removed(e.0))
     }
 
     /// Every node with its path, by depth and then by path.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Node)> {
-        self.map.iter().map(|(k, n)| (path_of(k), &**n))
+        self.set.iter().map(|e| (path_of(&e.0.key), &e.0.node))
     }
 
     /// The keys (with nodes) of `parent`'s descendants `levels` below it, and the length of
     /// their common prefix.
-    fn level(&self, parent: &str, levels: usize) -> (usize, impl Iterator<Item = (&CompactString, &Arc<Node>)>) {
+    fn level(&self, parent: &str, levels: usize) -> (usize, impl Iterator<Item = &str>) {
         let prefix = descendant_prefix(parent, levels);
         let len = prefix.len();
         let iter = self
-            .map
+            .set
             .range::<_, str>((Bound::Included(prefix.as_str()), Bound::Unbounded))
-            .take_while(move |(k, _)| k.starts_with(prefix.as_str()));
+            .map(|e| e.0.key.as_str())
+            .take_while(move |k| k.starts_with(prefix.as_str()));
         (len, iter)
     }
 
     /// The names of `parent`'s children, in byte order.
     pub fn children<'a>(&'a self, parent: &str) -> impl Iterator<Item = &'a str> + 'a {
         let (len, iter) = self.level(parent, 1);
-        iter.map(move |(k, _)| &k[len..]).filter(|name| !name.contains('/'))
+        iter.map(move |k| &k[len..]).filter(|name| !name.contains('/'))
     }
 
     /// The number of `parent`'s descendants, one level of the map at a time.
@@ -152,8 +211,9 @@ impl NodeMap {
 }
 
 impl PartialEq for NodeMap {
+    /// Same paths with equal nodes.
     fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
+        self.len() == other.len() && self.iter().eq(other.iter())
     }
 }
 
@@ -164,7 +224,7 @@ struct NodeOut<'a> {
     #[serde(with = "serde_bytes")]
     data: &'a Option<Box<[u8]>>,
     acl: &'a SharedAcl,
-    stat: &'a StatPersisted,
+    stat: StatPersisted,
     children: Option<ChildNames<'a>>,
 }
 
@@ -196,9 +256,15 @@ impl Serialize for NodeMap {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.len()))?;
         for (path, node) in self.iter() {
-            let children =
-                (node.num_children > 0).then_some(ChildNames { map: self, parent: path, count: node.num_children });
-            map.serialize_entry(path, &NodeOut { data: &node.data, acl: &node.acl, stat: &node.stat, children })?;
+            let children = (node.stat.num_children > 0).then_some(ChildNames {
+                map: self,
+                parent: path,
+                count: node.stat.num_children,
+            });
+            map.serialize_entry(
+                path,
+                &NodeOut { data: &node.data, acl: &node.acl, stat: node.stat.persisted(), children },
+            )?;
         }
         map.end()
     }
@@ -258,8 +324,8 @@ impl<'de> Deserialize<'de> for NodeMap {
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<NodeMap, A::Error> {
                 let mut nodes = NodeMap::default();
                 while let Some((path, n)) = access.next_entry::<CompactString, NodeIn>()? {
-                    let node = Node { data: n.data, acl: n.acl, stat: n.stat, num_children: n.children };
-                    nodes.map.insert(key(&path), Arc::new(node));
+                    let node = Node { data: n.data, acl: n.acl, stat: NodeStat::from_persisted(&n.stat, n.children) };
+                    nodes.insert(&path, node);
                 }
                 Ok(nodes)
             }
@@ -279,6 +345,15 @@ mod tests {
         keys.sort();
         let paths: Vec<&str> = keys.iter().map(|k| path_of(k)).collect();
         assert_eq!(paths, ["/", "/a", "/b", "/a/b", "/a/c", "/ab/x", "/a/b/c"]);
+    }
+
+    /// A node with its key and `Arc` counts fits the allocator's 128-byte class; one field
+    /// more moves every znode to the 160-byte class (about 30 MiB per million znodes).
+    #[test]
+    fn an_entry_fits_128_bytes() {
+        assert_eq!(std::mem::size_of::<NodeStat>(), 64);
+        assert!(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Keyed>() <= 128);
+        assert_eq!(std::mem::size_of::<Entry>(), 8);
     }
 
     #[test]

@@ -248,5 +248,5 @@ fn snapshot_form_keeps_the_child_name_layout() {
     let back: NodeMap = postcard::from_bytes(&postcard::to_stdvec(&old).unwrap()).unwrap();
     assert_eq!(back, t.nodes);
     assert_eq!(back.children("/a").collect::<Vec<_>>(), ["x", "y"]);
-    assert_eq!(back.get("/a").map(|n| n.num_children), Some(2));
+    assert_eq!(back.get("/a").map(|n| n.stat.num_children), Some(2));
 }
