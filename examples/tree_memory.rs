@@ -1,6 +1,7 @@
 //! Memory per znode of the DataTree alone: creates N znodes of 100 bytes laid out as the
 //! benchmark's memory phase lays them out (`/warden-mem/b<i/1000>/n<i%1000>`, four loaders
-//! interleaved) and prints the process's anonymous RSS before and after.
+//! interleaved) and prints the process's anonymous RSS before and after, then times getData
+//! of every znode in a scattered order.
 //! Run: `cargo run --release --example tree_memory -- 1000000`
 
 use bytes::Bytes;
@@ -66,4 +67,23 @@ fn main() {
         after,
         (after - before) * 1024 / n.max(1) as u64
     );
+    // Every index once, scattered (a multiplier coprime with n walks all of them).
+    let step = (7919..).find(|s: &i64| gcd(*s, n.max(1)) == 1).unwrap_or(1);
+    let paths: Vec<String> =
+        (0..n).map(|j| (j * step) % n.max(1)).map(|i| format!("/warden-mem/b{}/n{}", i / 1000, i % 1000)).collect();
+    let start = std::time::Instant::now();
+    let found = paths.iter().filter(|p| tree.get_data(p, &[]).is_ok()).count();
+    let elapsed = start.elapsed();
+    println!(
+        "getData of {found} znodes in scattered order: {:.0} ns each",
+        elapsed.as_nanos() as f64 / found.max(1) as f64
+    );
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }

@@ -197,14 +197,16 @@ impl NodeMap {
 
     /// The number of `parent`'s descendants, one level of the map at a time.
     pub fn descendants(&self, parent: &str) -> usize {
+        let depth = depth(parent);
         let mut total = 0;
         for levels in 1.. {
             let (_, iter) = self.level(parent, levels);
             let n = iter.count();
-            if n == 0 {
+            total += n;
+            // The last depth character stands for every depth from there down.
+            if n == 0 || depth_char(depth + levels) == char::MAX {
                 break;
             }
-            total += n;
         }
         total
     }
