@@ -284,35 +284,32 @@ struct NodeIn {
     children: u32,
 }
 
-fn count_names<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    struct Count;
-    impl<'de> Visitor<'de> for Count {
-        type Value = u32;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a set of child names")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u32, A::Error> {
-            let mut n = 0u32;
-            while seq.next_element::<CompactString>()?.is_some() {
-                n = n.saturating_add(1);
+/// The number of names in a serialized child-name set.
+struct NameCount(u32);
+
+impl<'de> Deserialize<'de> for NameCount {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<NameCount, D::Error> {
+        struct Count;
+        impl<'de> Visitor<'de> for Count {
+            type Value = NameCount;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a set of child names")
             }
-            Ok(n)
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NameCount, A::Error> {
+                let mut n = 0u32;
+                while seq.next_element::<CompactString>()?.is_some() {
+                    n = n.saturating_add(1);
+                }
+                Ok(NameCount(n))
+            }
         }
+        d.deserialize_seq(Count)
     }
-    struct MaybeCount;
-    impl<'de> Visitor<'de> for MaybeCount {
-        type Value = u32;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an optional set of child names")
-        }
-        fn visit_none<E>(self) -> Result<u32, E> {
-            Ok(0)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<u32, D::Error> {
-            d.deserialize_seq(Count)
-        }
-    }
-    d.deserialize_option(MaybeCount)
+}
+
+/// A node's children as serialized (`None` for a leaf), counted.
+fn count_names<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    Ok(Option::<NameCount>::deserialize(d)?.map_or(0, |c| c.0))
 }
 
 impl<'de> Deserialize<'de> for NodeMap {
