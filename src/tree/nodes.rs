@@ -176,8 +176,8 @@ impl NodeMap {
         self.set.iter().map(|e| (path_of(&e.0.key), &e.0.node))
     }
 
-    /// The keys (with nodes) of `parent`'s descendants `levels` below it, and the length of
-    /// their common prefix.
+    /// The keys of `parent`'s descendants `levels` below it, and the length of their common
+    /// prefix.
     fn level(&self, parent: &str, levels: usize) -> (usize, impl Iterator<Item = &str>) {
         let prefix = descendant_prefix(parent, levels);
         let len = prefix.len();
