@@ -394,7 +394,8 @@ async fn sessions(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
         let addr = servers[i % servers.len()].clone();
         let timeout = args.session_timeout;
         tasks.push(tokio::spawn(async move {
-            let (mut conn, _) = connect(&addr, timeout).await?;
+            let (mut conn, _) =
+                connect(&addr, timeout).await.map_err(|e| BenchError::Protocol(format!("connect: {e}")))?;
             let end = Instant::now() + hold;
             let mut xid = 0;
             while Instant::now() < end {
@@ -405,7 +406,8 @@ async fn sessions(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
                     match conn.next().await {
                         Some(Ok(ServerIncoming::Reply { header, .. })) if header.xid == -2 => break,
                         Some(Ok(_)) => continue,
-                        _ => return Err(BenchError::Protocol("session lost".into())),
+                        Some(Err(e)) => return Err(BenchError::Protocol(format!("session lost: {e}"))),
+                        None => return Err(BenchError::Protocol("session lost: closed by the server".into())),
                     }
                 }
             }
@@ -414,12 +416,17 @@ async fn sessions(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
         }));
     }
     let mut held = 0;
+    let mut errors: std::collections::BTreeMap<String, u64> = Default::default();
     for t in tasks {
-        if matches!(t.await, Ok(Ok(()))) {
-            held += 1;
+        match t.await {
+            Ok(Ok(())) => held += 1,
+            Ok(Err(e)) => *errors.entry(e.to_string()).or_default() += 1,
+            Err(e) => *errors.entry(format!("task: {e}")).or_default() += 1,
         }
     }
-    Ok(serde_json::json!({ "workload": "sessions", "opened": args.clients, "held": held, "seconds": args.duration }))
+    Ok(serde_json::json!({
+        "workload": "sessions", "opened": args.clients, "held": held, "seconds": args.duration, "errors": errors,
+    }))
 }
 
 /// `watch`: N sessions watch one node; one setData; time until the last event arrives.
