@@ -200,7 +200,14 @@ async fn serve(
             tracing::debug!(%peer, error = %e, "bad first frame; closing");
             return;
         }
-        _ => return,
+        Ok(None) => {
+            tracing::debug!(%peer, "closed before its handshake");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "no handshake within {HANDSHAKE_TIMEOUT:?}; closing");
+            return;
+        }
     };
     let req = match first {
         ClientMessage::FourLetterWord { word, arg } => {
@@ -210,13 +217,17 @@ async fn serve(
             return;
         }
         ClientMessage::Connect(req) => req,
-        _ => return,
+        _ => {
+            tracing::debug!(%peer, "first frame is not a handshake; closing");
+            return;
+        }
     };
     d.stats.packet_received(cs);
 
     if !*d.serving.borrow() {
         // ZooKeeper does not serve clients without a quorum; they try the next server.
         metrics::counter!(stats::names::CONNECTIONS_REJECTED, "reason" => "no_quorum").increment(1);
+        tracing::debug!(%peer, "not serving (no quorum); closing");
         return;
     }
     // ZooKeeperServer.processConnectRequest: never serve a client that has seen newer state.
