@@ -887,6 +887,45 @@ def test_member_cut_off_from_majority_stops_serving(ensemble3, clients, role):
         assert o.get(path)[0] == b"after"
 
 
+def raft_term(hostport: str) -> int | None:
+    """Warden's Raft term from `mntr` (zk_raft_term); None for ZooKeeper, which has no such line."""
+    for line in harness.four_letter(hostport, "mntr").splitlines():
+        if line.startswith("zk_raft_term"):
+            return int(line.split()[1])
+    return None
+
+
+def test_paused_follower_does_not_depose_the_leader(ensemble3, clients):
+    """A follower frozen (SIGSTOP) well past the election timeout, as by a long GC or VM pause,
+    is thawed while writes go on: it rejoins as a follower, and the leader keeps its place.
+    Warden: its Raft term is unchanged too (a paused member asks the others before it
+    campaigns, and they still hear their leader). Without that pre-vote the thawed follower
+    bumped its term on waking and deposed the leader every time."""
+    ens = ensemble3
+    leader = ens.leader()
+    f = (leader + 1) % 3
+    terms = [raft_term(ens.hostports[i]) for i in range(3)]
+    c = clients([ens.hostports[leader]])
+    path = uniq("paused-follower")
+    c.create(path, b"")
+    for trial in range(2):
+        ens.sigstop(f)
+        try:
+            for k in range(5):
+                c.create(f"{path}/t{trial}-{k}", b"x")
+                time.sleep(0.3)  # 1.5 s frozen: 5x the 300 ms it takes a follower to give up
+        finally:
+            ens.sigcont(f)
+        time.sleep(2)
+        assert ens.wait_stable(30) == leader, f"trial {trial}: the thawed follower's return moved the leadership"
+        assert c.state == KazooState.CONNECTED
+        o = clients([ens.hostports[f]])
+        o.sync(path)
+        assert len(o.get_children(path)) == 5 * (trial + 1), f"trial {trial}: the thawed follower missed writes"
+    after = [raft_term(ens.hostports[i]) for i in range(3)]
+    assert after == terms, f"Raft terms moved: {terms} -> {after}"
+
+
 def test_leader_frozen_by_sigstop_under_lock_load(ensemble3, clients, lock_runs, tmp_path):
     """The leader is frozen (SIGSTOP) for twice the session timeout: the others take over, sessions survive; after SIGCONT it rejoins."""
     ens = ensemble3

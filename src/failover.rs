@@ -1,18 +1,33 @@
-//! Fast failover when a leader's process dies. openraft makes a follower wait out the voters'
-//! leader lease (`election_timeout_max` since the leader was last heard) and then a random
-//! election timeout before it campaigns. The lease is what stops a cut-off minority from
-//! deposing a live leader; the random part only spreads candidates apart. When the leader's
-//! peer port *refuses* connections its process is gone (a partition or a hung process times
-//! out instead), so one survivor, the lowest-numbered voter whose own peer port still answers,
-//! campaigns the moment the lease has run out. Every other case keeps openraft's timers.
+//! When a voter of an ensemble campaigns for leadership. Two rules, both on top of openraft:
+//!
+//! - **Pre-vote.** openraft 0.9 campaigns on its own timer by bumping its term, and a higher
+//!   term deposes a live leader the moment the two next speak, even when the candidate could
+//!   never win. A member rejoining after a partition, which hears from its old followers before
+//!   the leader's next heartbeat reaches it, would do exactly that. So an ensemble turns
+//!   openraft's timer off and [`campaign`] runs the same timer (the leader lease,
+//!   `election_timeout_max` since the leader was last heard, plus a random election timeout),
+//!   but first asks the other voters: only when a majority, counting itself, has not heard
+//!   from a live leader within the lease either does it start a real election
+//!   ([`grant_pre_vote`] is the receiving side; nothing changes on the receiver).
+//! - **Fast failover when a leader's process dies** ([`run`]). When the leader's peer port
+//!   *refuses* connections its process is gone (a partition or a hung process times out
+//!   instead), so one survivor, the lowest-numbered voter whose own peer port still answers,
+//!   campaigns the moment the lease has run out.
+//!
+//! A standalone server keeps openraft's own timer: it has nobody to ask or to depose.
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 
+use openraft::ServerState;
+use rand::Rng;
 use tokio::net::TcpStream;
 
+use crate::peer::PeerClient;
+use crate::peer::PeerRequest;
+use crate::peer::PeerResponse;
 use crate::raft::Raft;
 
 /// When this server last received an AppendEntries (entries or heartbeat), and from whom.
@@ -106,6 +121,104 @@ pub async fn run(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tok
             silent_ms = at.elapsed().as_millis() as u64,
             "leader's peer port refuses connections: campaigning now that its lease has run out"
         );
+        if let Err(e) = raft.trigger().elect().await {
+            tracing::warn!(error = %e, "could not start an election");
+        }
+    }
+}
+
+/// The receiving side of a pre-vote: whether this server has lost its leader as well. A
+/// follower grants once the leader lease has passed since it last heard from a leader; a
+/// leader grants only once it has gone a lease without a quorum's acknowledgement.
+pub fn grant_pre_vote(raft: &Raft, me: u64, contact: &LeaderContact, candidate: u64) -> bool {
+    let lease_ms = raft.config().election_timeout_max;
+    let (leading, quorum_ack_ms) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        (m.current_leader == Some(me), m.millis_since_quorum_ack)
+    };
+    let granted = if leading {
+        quorum_ack_ms.is_none_or(|ms| ms >= lease_ms)
+    } else {
+        contact.last().is_none_or(|(_, at)| at.elapsed() >= Duration::from_millis(lease_ms))
+    };
+    tracing::debug!(candidate, granted, "pre-vote asked");
+    granted
+}
+
+/// The election timer of an ensemble's voter (openraft's own is off): after the leader lease
+/// plus a random election timeout without hearing from a leader (a random election timeout
+/// alone while there is no known leader), run a pre-vote and campaign only if a majority of
+/// the voters grants it.
+pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let cfg = raft.config().clone();
+    let heartbeat = Duration::from_millis(cfg.heartbeat_interval);
+    let lease = Duration::from_millis(cfg.election_timeout_max);
+    let ask_timeout = lease;
+    let timeout = |committed: bool| {
+        let t = Duration::from_millis(rand::rng().random_range(cfg.election_timeout_min..cfg.election_timeout_max));
+        if committed {
+            lease + t
+        } else {
+            t
+        }
+    };
+    let mut tick = tokio::time::interval((heartbeat / 2).max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut peers: std::collections::HashMap<u64, PeerClient> = Default::default();
+    // The silence being timed starts at the last vote change, leader contact or attempt.
+    let mut since = Instant::now();
+    let mut wait = timeout(false);
+    let mut vote = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let (state, current_vote, membership) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (m.state, m.vote, m.membership_config.membership().clone())
+        };
+        if vote != Some(current_vote) {
+            vote = Some(current_vote);
+            since = Instant::now();
+            wait = timeout(current_vote.is_committed());
+        }
+        if let Some((_, at)) = contact.last().filter(|(_, at)| *at > since) {
+            since = at;
+            wait = timeout(true);
+        }
+        let voters: Vec<u64> = membership.voter_ids().collect();
+        if state == ServerState::Leader || !voters.contains(&me) {
+            since = Instant::now();
+            continue;
+        }
+        if since.elapsed() < wait {
+            continue;
+        }
+        let asks = voters.iter().copied().filter(|v| *v != me).map(|v| {
+            let addr = membership.get_node(&v).map(|n| n.addr.clone()).unwrap_or_default();
+            let client = peers.entry(v).or_insert_with(|| PeerClient::new(addr)).clone();
+            async move {
+                matches!(
+                    client.call(PeerRequest::PreVote { candidate: me }, ask_timeout).await,
+                    Ok(PeerResponse::PreVote(true))
+                )
+            }
+        });
+        let granted = 1 + futures::future::join_all(asks).await.into_iter().filter(|g| *g).count();
+        let silent_ms = since.elapsed().as_millis() as u64;
+        since = Instant::now();
+        wait = timeout(false);
+        if *stop.borrow() {
+            return;
+        }
+        if granted * 2 <= voters.len() {
+            tracing::debug!(granted, voters = voters.len(), silent_ms, "pre-vote lost: not campaigning");
+            continue;
+        }
+        tracing::info!(granted, voters = voters.len(), silent_ms, "no leader heard; pre-vote won: campaigning");
         if let Err(e) = raft.trigger().elect().await {
             tracing::warn!(error = %e, "could not start an election");
         }

@@ -74,10 +74,12 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
 
     // Raft timing: a heartbeat every tick/80 (25 ms at tickTime 2000); a follower campaigns
     // after the leader lease (`election_timeout_max`, 6 heartbeats) plus a random 3-6
-    // heartbeats, i.e. 225-300 ms of silence, or right after the lease when the leader's
-    // process is gone (see `failover`). `raft.heartbeatMs`/`raft.electionTimeoutMs` override.
+    // heartbeats, i.e. 225-300 ms of silence, and only if a majority has lost the leader too
+    // (pre-vote), or right after the lease when the leader's process is gone (see `failover`).
+    // `raft.heartbeatMs`/`raft.electionTimeoutMs` override.
     let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 80).clamp(10, 500));
     let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
+    let standalone = config.servers.is_empty();
     let raft_config = openraft::Config {
         cluster_name: "warden".into(),
         heartbeat_interval: heartbeat,
@@ -85,6 +87,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         election_timeout_max: election * 2,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snap_count),
         max_in_snapshot_log_to_keep: 1000,
+        // An ensemble's voters campaign only after a pre-vote (`failover::campaign`).
+        enable_elect: standalone,
         ..Default::default()
     }
     .validate()
@@ -99,7 +103,6 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     )
     .await
     .map_err(|e| ServerError::Raft(e.to_string()))?;
-    let standalone = config.servers.is_empty();
     if !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))? {
         // Every member initialises with the same membership from the same zoo.cfg; openraft
         // makes that safe (identical first entries), so no member needs a manual step.
@@ -157,6 +160,12 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
             dispatcher.leader_contact.clone(),
             stop_rx.clone(),
         )));
+        tasks.push(tokio::spawn(crate::failover::campaign(
+            raft.clone(),
+            id,
+            dispatcher.leader_contact.clone(),
+            stop_rx.clone(),
+        )));
     }
     tasks.push(tokio::spawn(watch_quorum(dispatcher.clone(), serving_tx, stop_rx.clone())));
     tasks.push(tokio::spawn(snapshot_by_txns(dispatcher.clone(), stop_rx.clone())));
@@ -204,8 +213,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     Ok(())
 }
 
-/// Whether this server may serve clients: it knows a leader, and if it is the leader, a quorum
-/// acknowledged it recently. Flips `serving`, which closes client connections when false.
+/// Whether this server may serve clients: it knows a leader and, if it is the leader, a quorum
+/// acknowledged it recently, or else it heard from the leader recently. Flips `serving`, which closes client connections when false.
 async fn watch_quorum(
     d: Dispatcher,
     serving: tokio::sync::watch::Sender<bool>,
@@ -249,7 +258,12 @@ async fn watch_quorum(
         let ok = match m.current_leader {
             None => false,
             Some(l) if l == d.config.server_id => m.millis_since_quorum_ack.is_some_and(|ms| ms < limit),
-            Some(_) => true,
+            // A follower serves while its leader is heard from: it does not campaign (so never
+            // forgets the leader) until a majority has lost the leader too.
+            Some(l) => d
+                .leader_contact
+                .last()
+                .is_some_and(|(from, at)| from == l && at.elapsed() < Duration::from_millis(limit)),
         };
         if *serving.borrow() != ok {
             tracing::info!(serving = ok, leader = ?m.current_leader, "client service {}", if ok { "resumed" } else { "suspended" });

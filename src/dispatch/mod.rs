@@ -532,6 +532,10 @@ impl crate::peer::PeerHandler for Dispatcher {
         self.leader_contact.heard(leader);
     }
 
+    fn pre_vote(&self, candidate: u64) -> bool {
+        crate::failover::grant_pre_vote(&self.raft, self.config.server_id, &self.leader_contact, candidate)
+    }
+
     #[allow(clippy::async_yields_async)] // the outer future queues, the inner one waits
     fn forward(&self, batch: crate::txn::TxnBatch) -> Boxed<Boxed<Result<Vec<TxnResult>, String>>> {
         let proposer = self.proposer.clone();

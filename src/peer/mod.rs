@@ -59,6 +59,11 @@ pub enum PeerRequest {
     ReadIndex,
     /// Sessions heard from at a follower since its last touch batch.
     Touch(Vec<i64>),
+    /// Asks, before a campaign, whether the receiver has lost its leader too (see
+    /// [`crate::failover`]); nothing changes on the receiver.
+    PreVote {
+        candidate: u64,
+    },
 }
 
 /// The answer to a [`PeerRequest`].
@@ -70,6 +75,8 @@ pub enum PeerResponse {
     Forward(Result<Vec<TxnResult>, String>),
     ReadIndex(Result<i64, String>),
     Touch,
+    /// Whether the receiver would support the candidate's campaign.
+    PreVote(bool),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -221,8 +228,10 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn read_index(&self) -> futures::future::BoxFuture<'static, Result<i64, String>>;
     /// Sessions heard from at a follower.
     fn touch(&self, sessions: &[i64]);
-    /// An AppendEntries (entries or a heartbeat) arrived from `leader`.
+    /// An AppendEntries or InstallSnapshot arrived from `leader`, at a vote no older than ours.
     fn heard_from_leader(&self, _leader: u64) {}
+    /// Whether this server would support `candidate` campaigning for leadership now.
+    fn pre_vote(&self, candidate: u64) -> bool;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -247,6 +256,18 @@ pub async fn serve<H: PeerHandler>(
                 tracing::debug!(%peer, error = %e, "peer connection ended");
             }
         });
+    }
+}
+
+/// Records contact from a leader whose vote is at least ours: a deposed leader that has not
+/// yet learnt of its successor does not count.
+fn heard<H: PeerHandler>(h: &H, vote: &openraft::Vote<u64>) {
+    // Terms, not votes: `Vote`'s comparison panics on two committed votes of one term.
+    let current = h.raft().metrics().borrow().current_term;
+    if vote.leader_id().get_term() >= current {
+        if let Some(leader) = vote.leader_id().voted_for() {
+            h.heard_from_leader(leader);
+        }
     }
 }
 
@@ -289,10 +310,11 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
                     let _ = out.send((id, PeerResponse::ReadIndex(fut.await))).await;
                 });
             }
+            PeerRequest::PreVote { candidate } => {
+                let _ = out.send((id, PeerResponse::PreVote(h.pre_vote(candidate)))).await;
+            }
             PeerRequest::AppendEntries(rpc) => {
-                if let Some(leader) = rpc.vote.leader_id().voted_for() {
-                    h.heard_from_leader(leader);
-                }
+                heard(&*h, &rpc.vote);
                 let raft = h.raft().clone();
                 tokio::spawn(async move {
                     let _ = out.send((id, PeerResponse::AppendEntries(raft.append_entries(rpc).await))).await;
@@ -305,6 +327,7 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
                 });
             }
             PeerRequest::InstallSnapshot(rpc) => {
+                heard(&*h, &rpc.vote);
                 let raft = h.raft().clone();
                 tokio::spawn(async move {
                     let _ = out.send((id, PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await))).await;
