@@ -18,8 +18,9 @@ its clients still reach it: whether they keep being served is the server's own d
   currently serving") and does not acknowledge a write sent to it; a write on the majority side
   succeeds. After `docker network connect` the old leader is a follower again, serves, and reads
   (after sync) show the majority's writes. Every acknowledged write is present on all 3 nodes.
-  Printed, not asserted: timings, the Raft terms before and after the heal (an election caused
-  by the rejoining node shows there), whether the majority-side client was dropped after the heal.
+  The heal must not cost an election: the Raft terms at the end equal the majority's term
+  before the heal (the rejoining member pre-votes, and the others still hear their leader).
+  Printed, not asserted: timings, whether the majority-side client was dropped after the heal.
 
 Warden only (Debian's ZooKeeper has no Docker image here). Skipped when `docker info` fails or
 docker-compose is missing. COMPAT_KEEP_LOGS=DIR keeps `docker-compose logs` there.
