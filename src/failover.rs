@@ -21,6 +21,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use openraft::LogId;
 use openraft::ServerState;
 use rand::Rng;
 use tokio::net::TcpStream;
@@ -28,15 +31,33 @@ use tokio::net::TcpStream;
 use crate::peer::PeerClient;
 use crate::peer::PeerRequest;
 use crate::peer::PeerResponse;
+use crate::raft::log_store::LastLog;
 use crate::raft::Raft;
 
-/// When this server last received an AppendEntries (entries or heartbeat), and from whom.
-#[derive(Default)]
+/// What a pre-vote weighs on this server: when it last received an AppendEntries (entries or
+/// heartbeat) and from whom, and its last log id.
 pub struct LeaderContact {
     last: Mutex<Option<(u64, Instant)>>,
+    log: LastLog,
 }
 
 impl LeaderContact {
+    /// Contact tracking for the server whose log `log` reads.
+    pub fn new(log: LastLog) -> LeaderContact {
+        LeaderContact { last: Mutex::new(None), log }
+    }
+
+    /// This server's last log id; `None` if it cannot be read.
+    fn last_log(&self) -> Option<Option<LogId<u64>>> {
+        match self.log.get() {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the last log id for a pre-vote");
+                None
+            }
+        }
+    }
+
     /// Records an AppendEntries from `leader`, now.
     pub fn heard(&self, leader: u64) {
         *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((leader, Instant::now()));
@@ -127,22 +148,32 @@ pub async fn run(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tok
     }
 }
 
-/// The receiving side of a pre-vote: whether this server has lost its leader as well. A
-/// follower grants once the leader lease has passed since it last heard from a leader; a
-/// leader grants only once it has gone a lease without a quorum's acknowledgement.
-pub fn grant_pre_vote(raft: &Raft, me: u64, contact: &LeaderContact, candidate: u64) -> bool {
+/// The receiving side of a pre-vote: whether this server has lost its leader as well and the
+/// candidate's log is at least as up to date as ours (Raft's vote rule, so the member that can
+/// win is the one that campaigns). A follower has lost its leader once the leader lease has
+/// passed since it last heard from one; a leader, once it has gone a lease without a quorum's
+/// acknowledgement.
+pub fn grant_pre_vote(
+    raft: &Raft,
+    me: u64,
+    contact: &LeaderContact,
+    candidate: u64,
+    candidate_log: Option<LogId<u64>>,
+) -> bool {
     let lease_ms = raft.config().election_timeout_max;
     let (leading, quorum_ack_ms) = {
         let m = raft.metrics();
         let m = m.borrow();
         (m.current_leader == Some(me), m.millis_since_quorum_ack)
     };
-    let granted = if leading {
+    let lost = if leading {
         quorum_ack_ms.is_none_or(|ms| ms >= lease_ms)
     } else {
         contact.last().is_none_or(|(_, at)| at.elapsed() >= Duration::from_millis(lease_ms))
     };
-    tracing::debug!(candidate, granted, "pre-vote asked");
+    let mine = contact.last_log();
+    let granted = lost && mine.is_some_and(|mine| candidate_log >= mine);
+    tracing::debug!(candidate, ?candidate_log, ?mine, lost, granted, "pre-vote asked");
     granted
 }
 
@@ -197,18 +228,38 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
         if since.elapsed() < wait {
             continue;
         }
-        let asks = voters.iter().copied().filter(|v| *v != me).map(|v| {
-            let addr = membership.get_node(&v).map(|n| n.addr.clone()).unwrap_or_default();
-            let client = peers.entry(v).or_insert_with(|| PeerClient::new(addr)).clone();
-            async move {
-                matches!(
-                    client.call(PeerRequest::PreVote { candidate: me }, ask_timeout).await,
-                    Ok(PeerResponse::PreVote(true))
-                )
+        let Some(last_log) = contact.last_log() else {
+            since = Instant::now();
+            continue;
+        };
+        let mut asks: FuturesUnordered<_> = voters
+            .iter()
+            .copied()
+            .filter(|v| *v != me)
+            .map(|v| {
+                let addr = membership.get_node(&v).map(|n| n.addr.clone()).unwrap_or_default();
+                let client = peers.entry(v).or_insert_with(|| PeerClient::new(addr)).clone();
+                async move {
+                    matches!(
+                        client.call(PeerRequest::PreVote { candidate: me, last_log }, ask_timeout).await,
+                        Ok(PeerResponse::PreVote(true))
+                    )
+                }
+            })
+            .collect();
+        // Stop at a majority: a voter that does not answer (frozen, cut off) must not hold
+        // the campaign up, or let the answers go stale.
+        let mut granted = 1;
+        while granted * 2 <= voters.len() {
+            match asks.next().await {
+                Some(true) => granted += 1,
+                Some(false) => {}
+                None => break,
             }
-        });
-        let granted = 1 + futures::future::join_all(asks).await.into_iter().filter(|g| *g).count();
+        }
+        drop(asks);
         let silent_ms = since.elapsed().as_millis() as u64;
+        let asked_since = since;
         since = Instant::now();
         wait = timeout(false);
         if *stop.borrow() {
@@ -216,6 +267,11 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
         }
         if granted * 2 <= voters.len() {
             tracing::debug!(granted, voters = voters.len(), silent_ms, "pre-vote lost: not campaigning");
+            continue;
+        }
+        // While the answers came in, a leader may have been elected or heard from.
+        if raft.metrics().borrow().vote != current_vote || contact.last().is_some_and(|(_, at)| at > asked_since) {
+            tracing::debug!(granted, "pre-vote won, but a leader showed up meanwhile: not campaigning");
             continue;
         }
         tracing::info!(granted, voters = voters.len(), silent_ms, "no leader heard; pre-vote won: campaigning");

@@ -64,6 +64,7 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let layout = crate::raft::layout::DataLayout::new(&config.data_dir, &config.data_log_dir);
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
     let log_store = LogStore::open(&layout.log_file())?;
+    let leader_contact = Arc::new(crate::failover::LeaderContact::new(log_store.last_log()));
     let (applied, _) = tokio::sync::watch::channel(0i64);
     let shared =
         Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied, snapshot_zxid: Default::default() });
@@ -138,7 +139,7 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         stats,
         proposer: crate::dispatch::propose::Proposer::start(raft.clone(), id, shared.clone()),
         serving: serving_rx,
-        leader_contact: Arc::new(crate::failover::LeaderContact::default()),
+        leader_contact,
     };
 
     let mut tasks = Vec::new();

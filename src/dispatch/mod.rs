@@ -532,8 +532,8 @@ impl crate::peer::PeerHandler for Dispatcher {
         self.leader_contact.heard(leader);
     }
 
-    fn pre_vote(&self, candidate: u64) -> bool {
-        crate::failover::grant_pre_vote(&self.raft, self.config.server_id, &self.leader_contact, candidate)
+    fn pre_vote(&self, candidate: u64, last_log: Option<openraft::LogId<u64>>) -> bool {
+        crate::failover::grant_pre_vote(&self.raft, self.config.server_id, &self.leader_contact, candidate, last_log)
     }
 
     #[allow(clippy::async_yields_async)] // the outer future queues, the inner one waits

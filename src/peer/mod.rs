@@ -59,10 +59,12 @@ pub enum PeerRequest {
     ReadIndex,
     /// Sessions heard from at a follower since its last touch batch.
     Touch(Vec<i64>),
-    /// Asks, before a campaign, whether the receiver has lost its leader too (see
-    /// [`crate::failover`]); nothing changes on the receiver.
+    /// Asks, before a campaign, whether the receiver has lost its leader too and would vote
+    /// for a candidate with this last log id (see [`crate::failover`]); nothing changes on
+    /// the receiver.
     PreVote {
         candidate: u64,
+        last_log: Option<openraft::LogId<u64>>,
     },
 }
 
@@ -230,8 +232,9 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn touch(&self, sessions: &[i64]);
     /// An AppendEntries or InstallSnapshot arrived from `leader`, at a vote no older than ours.
     fn heard_from_leader(&self, _leader: u64) {}
-    /// Whether this server would support `candidate` campaigning for leadership now.
-    fn pre_vote(&self, candidate: u64) -> bool;
+    /// Whether this server would support `candidate`, whose last log id is `last_log`,
+    /// campaigning for leadership now.
+    fn pre_vote(&self, candidate: u64, last_log: Option<openraft::LogId<u64>>) -> bool;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -310,8 +313,8 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
                     let _ = out.send((id, PeerResponse::ReadIndex(fut.await))).await;
                 });
             }
-            PeerRequest::PreVote { candidate } => {
-                let _ = out.send((id, PeerResponse::PreVote(h.pre_vote(candidate)))).await;
+            PeerRequest::PreVote { candidate, last_log } => {
+                let _ = out.send((id, PeerResponse::PreVote(h.pre_vote(candidate, last_log)))).await;
             }
             PeerRequest::AppendEntries(rpc) => {
                 heard(&*h, &rpc.vote);

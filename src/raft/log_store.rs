@@ -142,6 +142,47 @@ pub struct LogStore {
     writer: mpsc::Sender<Command>,
 }
 
+/// Reads the id of the last appended log entry (durable or not), as openraft's vote compares
+/// logs. Holds no writer: the writer thread still stops when the last [`LogStore`] goes.
+#[derive(Clone)]
+pub struct LastLog {
+    db: Arc<redb::Database>,
+    tail: Arc<Mutex<Tail>>,
+}
+
+impl LastLog {
+    /// The last log id, or `purged` when the log holds no entry.
+    fn get_or(&self, purged: Option<LogId<u64>>) -> Result<Option<LogId<u64>>, StorageError> {
+        if let Some(l) = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id) {
+            return Ok(Some(l));
+        }
+        let txn = self.db.begin_read().map_err(read_err)?;
+        let table = txn.open_table(LOGS).map_err(read_err)?;
+        let last = match table.last().map_err(read_err)? {
+            Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
+            None => purged,
+        };
+        Ok(last)
+    }
+
+    /// The last log id (the last purged one when the log is empty).
+    pub fn get(&self) -> Result<Option<LogId<u64>>, StorageError> {
+        if let Some(l) = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id) {
+            return Ok(Some(l));
+        }
+        let purged = {
+            let txn = self.db.begin_read().map_err(read_err)?;
+            let table = txn.open_table(META).map_err(read_err)?;
+            let v = table.get("last_purged").map_err(read_err)?;
+            match v {
+                Some(v) => Some(decode::<LogId<u64>>(v.value())?),
+                None => None,
+            }
+        };
+        self.get_or(purged)
+    }
+}
+
 /// Why the log database could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -200,6 +241,11 @@ impl LogStore {
             .spawn(move || writer(&wdb, &wtail, &rx))
             .map_err(OpenError::Thread)?;
         Ok(LogStore { db, tail, writer: tx })
+    }
+
+    /// A handle that reads the last appended log id, for pre-votes (see [`crate::failover`]).
+    pub fn last_log(&self) -> LastLog {
+        LastLog { db: self.db.clone(), tail: self.tail.clone() }
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageError> {
@@ -389,19 +435,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged: Option<LogId<u64>> = self.get_meta("last_purged")?;
-        let in_tail = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id);
-        let last = match in_tail {
-            Some(l) => Some(l),
-            None => {
-                let txn = self.db.begin_read().map_err(read_err)?;
-                let table = txn.open_table(LOGS).map_err(read_err)?;
-                let last = match table.last().map_err(read_err)? {
-                    Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
-                    None => last_purged,
-                };
-                last
-            }
-        };
+        let last = self.last_log().get_or(last_purged)?;
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
     }
 
