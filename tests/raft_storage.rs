@@ -39,3 +39,48 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
 fn log_store_and_state_machine_pass_openraft_suite() {
     Suite::test_all(Builder).expect("openraft storage suite");
 }
+
+fn log_id(term: u64, index: u64) -> openraft::LogId<u64> {
+    openraft::LogId::new(openraft::CommittedLeaderId::new(term, 0), index)
+}
+
+/// Opens the log at `path`, waiting for a previous handle's writer thread to let go of it.
+fn reopen(path: &std::path::Path) -> LogStore {
+    for _ in 0..100 {
+        if let Ok(log) = LogStore::open(path) {
+            return log;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    LogStore::open(path).expect("reopen log")
+}
+
+/// The handle pre-votes read the last log id through agrees with the log store: after
+/// appends (from the in-memory tail), after a restart (from redb) and after purging
+/// everything (the last purged id).
+#[tokio::test]
+async fn last_log_handle_follows_appends_restart_and_purge() {
+    use openraft::storage::RaftLogStorage;
+    use openraft::storage::RaftLogStorageExt;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft-log.redb");
+    let mut log = LogStore::open(&path).expect("open log");
+    assert_eq!(log.last_log().get().expect("read"), None);
+    let entries: Vec<openraft::Entry<TypeConfig>> =
+        (1..=3).map(|i| openraft::Entry { log_id: log_id(2, i), payload: openraft::EntryPayload::Blank }).collect();
+    log.blocking_append(entries).await.expect("append");
+    assert_eq!(log.last_log().get().expect("read"), Some(log_id(2, 3)));
+    drop(log);
+
+    let mut log = reopen(&path);
+    let last = log.last_log();
+    assert_eq!(last.get().expect("read"), Some(log_id(2, 3)));
+    assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(log_id(2, 3)));
+    log.purge(log_id(2, 3)).await.expect("purge");
+    drop(log);
+    drop(last);
+
+    let log = reopen(&path);
+    assert_eq!(log.last_log().get().expect("read"), Some(log_id(2, 3)));
+}
