@@ -537,23 +537,28 @@ impl DataTree {
             TxnOp::Delete { path, version } => self.delete(zxid, txn, path, *version, changes),
             TxnOp::SetData { path, data, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
-                let node = self.node(path).ok_or(TreeError::NoNode)?;
-                if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
-                    return Err(TreeError::NoAuth);
-                }
-                let new_version = check_version(node.stat.version, *version)?;
-                let old_len = node.data.as_ref().map_or(0, |d| d.len()) as i64;
-                let old_digest = digest::node(path, node);
-                let (stat, acl, new_digest) = self
+                // One lookup for the checks and the change: this is the hottest write.
+                let (stat, acl, old_len, old_digest, new_digest) = self
                     .nodes
-                    .update(path, |node| {
-                        node.data = data.as_deref().map(Box::from);
-                        node.stat.version = new_version;
-                        node.stat.mzxid = zxid;
-                        node.stat.mtime = txn.time_ms;
-                        (node.stat(), node.acl.clone(), digest::node(path, node))
-                    })
-                    .ok_or(TreeError::NoNode)?;
+                    .update_checked(
+                        path,
+                        |node| {
+                            if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
+                                return Err(TreeError::NoAuth);
+                            }
+                            let new_version = check_version(node.stat.version, *version)?;
+                            let old_len = node.data.as_ref().map_or(0, |d| d.len()) as i64;
+                            Ok((new_version, old_len, digest::node(path, node)))
+                        },
+                        |(new_version, old_len, old_digest), node| {
+                            node.data = data.as_deref().map(Box::from);
+                            node.stat.version = new_version;
+                            node.stat.mzxid = zxid;
+                            node.stat.mtime = txn.time_ms;
+                            (node.stat(), node.acl.clone(), old_len, old_digest, digest::node(path, node))
+                        },
+                    )
+                    .ok_or(TreeError::NoNode)??;
                 self.digest_swap(old_digest, new_digest);
                 self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
                 changes.push(Change { event: EventType::NodeDataChanged, path: path.clone(), acl });

@@ -158,6 +158,21 @@ impl NodeMap {
         Some(result)
     }
 
+    /// [`NodeMap::update`] with a check first, in one lookup: `check` sees the node and either
+    /// refuses (the node goes back unchanged) or hands `change` what it worked out.
+    pub fn update_checked<C, R, E>(
+        &mut self,
+        path: &str,
+        check: impl FnOnce(&Node) -> Result<C, E>,
+        change: impl FnOnce(C, &mut Node) -> R,
+    ) -> Option<Result<R, E>> {
+        let mut entry = self.set.remove(key(path).as_str())?;
+        let checked = check(&entry.0.node);
+        let result = checked.map(|c| change(c, &mut Arc::make_mut(&mut entry.0).node));
+        self.set.insert(entry);
+        Some(result)
+    }
+
     pub fn contains(&self, path: &str) -> bool {
         self.set.contains(key(path).as_str())
     }

@@ -250,3 +250,35 @@ fn snapshot_form_keeps_the_child_name_layout() {
     assert_eq!(back.children("/a").collect::<Vec<_>>(), ["x", "y"]);
     assert_eq!(back.get("/a").map(|n| n.stat.num_children), Some(2));
 }
+
+/// setData checks and changes the node in one lookup: a refused set (bad version, no write
+/// permission, no node) leaves data, Stat and digest as they were; an accepted one bumps the
+/// version and keeps the digest equal to a recomputation from scratch.
+#[test]
+fn refused_set_data_changes_nothing() {
+    let mut t = DataTree::new();
+    assert!(t.apply(5, &txn(0, create("/a", 0))).0.is_ok());
+    let set = |version: i32| TxnOp::SetData { path: "/a".into(), data: Some(Bytes::from_static(b"new")), version };
+    let before = (t.get_data("/a", &[]), t.digest(), t.data_size());
+    assert_eq!(t.apply(6, &txn(0, set(3))).0, Err(TreeError::BadVersion));
+    assert_eq!((t.get_data("/a", &[]), t.digest(), t.data_size()), before);
+    let readonly = TxnOp::SetAcl { path: "/a".into(), acl: AclEntry::read_only(), version: -1 };
+    assert!(t.apply(7, &txn(0, readonly)).0.is_ok());
+    let before_acl = (t.get_data("/a", &[]), t.digest(), t.data_size());
+    assert_eq!(t.apply(8, &txn(0, set(0))).0, Err(TreeError::NoAuth));
+    assert_eq!((t.get_data("/a", &[]), t.digest(), t.data_size()), before_acl);
+    assert_ne!(before.1, before_acl.1, "the ACL change moved the digest");
+    let missing = TxnOp::SetData { path: "/nope".into(), data: None, version: -1 };
+    assert_eq!(t.apply(9, &txn(0, missing)).0, Err(TreeError::NoNode));
+
+    let mut t = DataTree::new();
+    assert!(t.apply(5, &txn(0, create("/a", 0))).0.is_ok());
+    let (r, changes) = t.apply(6, &txn(0, set(0)));
+    let Ok(TxnOutput::Stat(stat)) = r else { panic!("set refused: {r:?}") };
+    assert_eq!((stat.version, stat.mzxid, stat.data_length), (1, 6, 3));
+    assert_eq!(changes.len(), 1);
+    assert_eq!(t.get_data("/a", &[]).unwrap().0.as_deref(), Some(&b"new"[..]));
+    let incremental = t.digest();
+    t.compute_digest();
+    assert_eq!(t.digest(), incremental);
+}
