@@ -542,7 +542,7 @@ impl DataTree {
                     .nodes
                     .update_checked(
                         path,
-                        |node| {
+                        |node, _| {
                             if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
                                 return Err(TreeError::NoAuth);
                             }
@@ -620,39 +620,51 @@ impl DataTree {
         }
         let parent_path = if last_slash == 0 { "/" } else { &op.path[..last_slash] };
         let fixed_acl = acl::fixup(&op.acl, &txn.auth).ok_or(TreeError::InvalidAcl)?;
-        let parent = self.nodes.get(parent_path).ok_or(TreeError::NoNode)?;
-        if !acl::allowed(&parent.acl, jute::perms::CREATE, &txn.auth) {
-            return Err(TreeError::NoAuth);
-        }
-        let path =
-            if mode.is_sequential() { format!("{}{:010}", op.path, parent.stat.cversion) } else { op.path.clone() };
-        path::validate(&path).map_err(|_| TreeError::BadArguments)?;
-        if self.nodes.contains(&path) {
-            return Err(TreeError::NodeExists);
-        }
-        if let NodeKind::Ephemeral(_) = parent.kind() {
-            return Err(TreeError::NoChildrenForEphemerals);
-        }
-        if mode.is_ephemeral() && !self.sessions.contains_key(&txn.session_id) {
-            return Err(TreeError::SessionExpired);
-        }
         let owner = owner_for(mode, txn.session_id, op.ttl);
-        // Share the parent's ACL allocation when it is the same list (the common case).
-        let shared_acl = if *parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
+        let sessions = &self.sessions;
+        // One lookup of the parent for the checks and its Stat change.
+        let (path, shared_acl, parent_meta, parent_acl, new_parent_meta) = self
+            .nodes
+            .update_checked(
+                parent_path,
+                |parent, nodes| {
+                    if !acl::allowed(&parent.acl, jute::perms::CREATE, &txn.auth) {
+                        return Err(TreeError::NoAuth);
+                    }
+                    let path = if mode.is_sequential() {
+                        format!("{}{:010}", op.path, parent.stat.cversion)
+                    } else {
+                        op.path.clone()
+                    };
+                    path::validate(&path).map_err(|_| TreeError::BadArguments)?;
+                    // The parent is out of the map while this runs: `create /` must still
+                    // find its node there.
+                    if path == parent_path || nodes.contains(&path) {
+                        return Err(TreeError::NodeExists);
+                    }
+                    if let NodeKind::Ephemeral(_) = parent.kind() {
+                        return Err(TreeError::NoChildrenForEphemerals);
+                    }
+                    if mode.is_ephemeral() && !sessions.contains_key(&txn.session_id) {
+                        return Err(TreeError::SessionExpired);
+                    }
+                    // Share the parent's ACL allocation when it is the same list (the common case).
+                    let shared_acl = if *parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
+                    Ok((path, shared_acl))
+                },
+                |(path, shared_acl), parent| {
+                    let before = digest::meta(parent_path, parent);
+                    parent.stat.num_children += 1;
+                    parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
+                    parent.stat.pzxid = zxid;
+                    (path, shared_acl, before, parent.acl.clone(), digest::meta(parent_path, parent))
+                },
+            )
+            .ok_or(TreeError::NoNode)??;
         let node = Node::new(op.data.as_deref(), shared_acl, zxid, txn.time_ms, owner);
         let stat = node.stat();
         let node_acl = node.acl.clone();
         let node_digest = digest::node(&path, &node);
-        let (parent_meta, parent_acl, new_parent_meta) = self
-            .nodes
-            .update(parent_path, |parent| {
-                let before = digest::meta(parent_path, parent);
-                parent.stat.num_children += 1;
-                parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
-                parent.stat.pzxid = zxid;
-                (before, parent.acl.clone(), digest::meta(parent_path, parent))
-            })
-            .ok_or(TreeError::NoNode)?;
         self.digest_swap(parent_meta, new_parent_meta);
         self.digest_swap(0, node_digest);
         self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;

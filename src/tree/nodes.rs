@@ -158,16 +158,17 @@ impl NodeMap {
         Some(result)
     }
 
-    /// [`NodeMap::update`] with a check first, in one lookup: `check` sees the node and either
-    /// refuses (the node goes back unchanged) or hands `change` what it worked out.
+    /// [`NodeMap::update`] with a check first, in one lookup: `check` sees the node (and the
+    /// rest of the map) and either refuses (the node goes back unchanged) or hands `change`
+    /// what it worked out.
     pub fn update_checked<C, R, E>(
         &mut self,
         path: &str,
-        check: impl FnOnce(&Node) -> Result<C, E>,
+        check: impl FnOnce(&Node, &NodeMap) -> Result<C, E>,
         change: impl FnOnce(C, &mut Node) -> R,
     ) -> Option<Result<R, E>> {
         let mut entry = self.set.remove(key(path).as_str())?;
-        let checked = check(&entry.0.node);
+        let checked = check(&entry.0.node, self);
         let result = checked.map(|c| change(c, &mut Arc::make_mut(&mut entry.0).node));
         self.set.insert(entry);
         Some(result)

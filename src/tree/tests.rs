@@ -282,3 +282,22 @@ fn refused_set_data_changes_nothing() {
     t.compute_digest();
     assert_eq!(t.digest(), incremental);
 }
+
+/// create checks and changes the parent in one lookup, with the parent out of the map while
+/// the checks run: `create /` still finds the root, and refused creates leave the parent's
+/// Stat and the digest alone.
+#[test]
+fn refused_create_changes_nothing() {
+    let mut t = DataTree::new();
+    assert!(t.apply(5, &txn(0, create("/a", 0))).0.is_ok());
+    let before = (t.exists("/"), t.exists("/a"), t.digest(), t.node_count());
+    assert_eq!(t.apply(6, &txn(0, create("/", 0))).0, Err(TreeError::NodeExists));
+    assert_eq!(t.apply(7, &txn(0, create("/a", 0))).0, Err(TreeError::NodeExists));
+    assert_eq!(t.apply(8, &txn(0, create("/a/", 0))).0, Err(TreeError::BadArguments));
+    assert_eq!(t.apply(9, &txn(0, create("/a/e", 1))).0, Err(TreeError::SessionExpired));
+    assert_eq!((t.exists("/"), t.exists("/a"), t.digest(), t.node_count()), before);
+    assert_eq!(t.exists("/").unwrap().num_children, 2, "/a and /zookeeper");
+    let incremental = t.digest();
+    t.compute_digest();
+    assert_eq!(t.digest(), incremental);
+}
