@@ -39,12 +39,15 @@ use crate::raft::Raft;
 pub struct LeaderContact {
     last: Mutex<Option<(u64, Instant)>>,
     log: LastLog,
+    /// When this server started: until it hears a leader, it refuses pre-votes for a lease
+    /// from then, as openraft refuses votes after a restart.
+    started: Instant,
 }
 
 impl LeaderContact {
     /// Contact tracking for the server whose log `log` reads.
     pub fn new(log: LastLog) -> LeaderContact {
-        LeaderContact { last: Mutex::new(None), log }
+        LeaderContact { last: Mutex::new(None), log, started: Instant::now() }
     }
 
     /// This server's last log id; `None` if it cannot be read.
@@ -167,9 +170,10 @@ pub fn grant_pre_vote(
         (m.current_leader == Some(me), m.millis_since_quorum_ack)
     };
     let lost = if leading {
-        quorum_ack_ms.is_none_or(|ms| ms >= lease_ms)
+        // No acknowledgement yet: a leader elected a moment ago.
+        quorum_ack_ms.is_some_and(|ms| ms >= lease_ms)
     } else {
-        contact.last().is_none_or(|(_, at)| at.elapsed() >= Duration::from_millis(lease_ms))
+        contact.last().map_or(contact.started, |(_, at)| at).elapsed() >= Duration::from_millis(lease_ms)
     };
     let mine = contact.last_log();
     let granted = lost && mine.is_some_and(|mine| candidate_log >= mine);
@@ -251,7 +255,11 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
         // the campaign up, or let the answers go stale.
         let mut granted = 1;
         while granted * 2 <= voters.len() {
-            match asks.next().await {
+            let answer = tokio::select! {
+                a = asks.next() => a,
+                _ = stop.changed() => return,
+            };
+            match answer {
                 Some(true) => granted += 1,
                 Some(false) => {}
                 None => break,
@@ -276,7 +284,9 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
         }
         tracing::info!(granted, voters = voters.len(), silent_ms, "no leader heard; pre-vote won: campaigning");
         if let Err(e) = raft.trigger().elect().await {
-            tracing::warn!(error = %e, "could not start an election");
+            // Fatal: Raft has stopped, and there is nothing left to elect.
+            tracing::warn!(error = %e, "could not start an election; Raft has stopped");
+            return;
         }
     }
 }
