@@ -175,8 +175,9 @@ pub fn grant_pre_vote(
     } else {
         contact.last().map_or(contact.started, |(_, at)| at).elapsed() >= Duration::from_millis(lease_ms)
     };
-    let mine = contact.last_log();
-    let granted = lost && mine.is_some_and(|mine| candidate_log >= mine);
+    // Only a server that has lost its leader reads its log (a redb read after a restart).
+    let mine = if lost { contact.last_log() } else { None };
+    let granted = mine.is_some_and(|mine| candidate_log >= mine);
     tracing::debug!(candidate, ?candidate_log, ?mine, lost, granted, "pre-vote asked");
     granted
 }

@@ -215,7 +215,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
 }
 
 /// Whether this server may serve clients: it knows a leader and, if it is the leader, a quorum
-/// acknowledged it recently, or else it heard from the leader recently. Flips `serving`, which closes client connections when false.
+/// acknowledged it recently, or else it heard from the leader recently. Flips `serving`, which
+/// closes client connections when false.
 async fn watch_quorum(
     d: Dispatcher,
     serving: tokio::sync::watch::Sender<bool>,

@@ -142,6 +142,16 @@ pub struct LogStore {
     writer: mpsc::Sender<Command>,
 }
 
+/// A value of the `meta` table.
+fn read_meta<T: DeserializeOwned>(db: &redb::Database, key: &str) -> Result<Option<T>, StorageError> {
+    let txn = db.begin_read().map_err(read_err)?;
+    let table = txn.open_table(META).map_err(read_err)?;
+    match table.get(key).map_err(read_err)? {
+        Some(v) => Ok(Some(decode(v.value())?)),
+        None => Ok(None),
+    }
+}
+
 /// Reads the id of the last appended log entry (durable or not), as openraft's vote compares
 /// logs. Holds no writer: the writer thread still stops when the last [`LogStore`] goes.
 #[derive(Clone)]
@@ -151,35 +161,26 @@ pub struct LastLog {
 }
 
 impl LastLog {
-    /// The last log id, or `purged` when the log holds no entry.
-    fn get_or(&self, purged: Option<LogId<u64>>) -> Result<Option<LogId<u64>>, StorageError> {
+    /// The id of the newest entry in the log; `None` when it holds none.
+    fn newest(&self) -> Result<Option<LogId<u64>>, StorageError> {
         if let Some(l) = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id) {
             return Ok(Some(l));
         }
         let txn = self.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOGS).map_err(read_err)?;
-        let last = match table.last().map_err(read_err)? {
+        let newest = match table.last().map_err(read_err)? {
             Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
-            None => purged,
+            None => None,
         };
-        Ok(last)
+        Ok(newest)
     }
 
-    /// The last log id (the last purged one when the log is empty).
+    /// The last log id (the last purged one when the log is empty), as openraft sees it.
     pub fn get(&self) -> Result<Option<LogId<u64>>, StorageError> {
-        if let Some(l) = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id) {
-            return Ok(Some(l));
+        match self.newest()? {
+            Some(l) => Ok(Some(l)),
+            None => read_meta(&self.db, "last_purged"),
         }
-        let purged = {
-            let txn = self.db.begin_read().map_err(read_err)?;
-            let table = txn.open_table(META).map_err(read_err)?;
-            let v = table.get("last_purged").map_err(read_err)?;
-            match v {
-                Some(v) => Some(decode::<LogId<u64>>(v.value())?),
-                None => None,
-            }
-        };
-        self.get_or(purged)
     }
 }
 
@@ -249,12 +250,7 @@ impl LogStore {
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageError> {
-        let txn = self.db.begin_read().map_err(read_err)?;
-        let table = txn.open_table(META).map_err(read_err)?;
-        match table.get(key).map_err(read_err)? {
-            Some(v) => Ok(Some(decode(v.value())?)),
-            None => Ok(None),
-        }
+        read_meta(&self.db, key)
     }
 
     fn send(&self, cmd: Command) -> Result<(), StorageError> {
@@ -435,7 +431,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged: Option<LogId<u64>> = self.get_meta("last_purged")?;
-        let last = self.last_log().get_or(last_purged)?;
+        let last = self.last_log().newest()?.or(last_purged);
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
     }
 

@@ -152,10 +152,10 @@ impl NodeMap {
     /// Changes a node: takes it out, lets `f` change it (copying it first if a snapshot or
     /// scratch copy still shares it) and puts it back. `None` if there is no such node.
     pub fn update<R>(&mut self, path: &str, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
-        let mut entry = self.set.remove(key(path).as_str())?;
-        let result = f(&mut Arc::make_mut(&mut entry.0).node);
-        self.set.insert(entry);
-        Some(result)
+        match self.update_checked(path, |_, _| Ok::<(), std::convert::Infallible>(()), |(), node| f(node))? {
+            Ok(r) => Some(r),
+            Err(never) => match never {},
+        }
     }
 
     /// [`NodeMap::update`] with a check first, in one lookup: `check` sees the node (and the
