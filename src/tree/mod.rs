@@ -637,9 +637,7 @@ impl DataTree {
                         op.path.clone()
                     };
                     path::validate(&path).map_err(|_| TreeError::BadArguments)?;
-                    // The parent is out of the map while this runs: `create /` must still
-                    // find its node there.
-                    if path == parent_path || nodes.contains(&path) {
+                    if nodes.contains(&path) {
                         return Err(TreeError::NodeExists);
                     }
                     if let NodeKind::Ephemeral(_) = parent.kind() {
