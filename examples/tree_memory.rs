@@ -13,7 +13,7 @@ use warden::txn::TxnOp;
 
 // The server's allocator, so the size classes are the server's.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: warden::alloc::Mimalloc = warden::alloc::Mimalloc;
 
 fn rss_anon_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")

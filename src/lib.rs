@@ -15,6 +15,7 @@
 //! - [`server`]: the composition root.
 
 pub mod admin;
+pub mod alloc;
 pub mod client;
 pub mod config;
 pub mod dispatch;

@@ -6,9 +6,10 @@ use clap::Parser;
 use warden::config::Config;
 
 // The write path allocates per request (frames, txns, tree nodes); glibc's malloc spent
-// about a sixth of the server's CPU in a set-heavy profile.
+// about a sixth of the server's CPU in a set-heavy profile. See `warden::alloc` for why not
+// the `mimalloc` crate's own `GlobalAlloc`.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: warden::alloc::Mimalloc = warden::alloc::Mimalloc;
 
 /// A ZooKeeper-wire-compatible coordination server.
 ///
