@@ -440,7 +440,7 @@ mod tests {
         assert_eq!(back.tree.digest(), tree.digest());
         let (a, b, c) = (back.tree.node("/a"), back.tree.node("/a/b"), back.tree.node("/c"));
         let (a, b, c) = (a.expect("/a"), b.expect("/a/b"), c.expect("/c"));
-        assert_eq!(a.data.as_ref().map(|d| d.len()), Some(300 << 10));
+        assert_eq!(a.data().map(<[u8]>::len), Some(300 << 10));
         assert!(Arc::ptr_eq(&a.acl, &b.acl) && Arc::ptr_eq(&a.acl, &c.acl), "equal ACLs are shared");
     }
 

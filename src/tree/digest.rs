@@ -101,6 +101,6 @@ pub fn meta(path: &str, node: &Node) -> u64 {
 }
 
 /// A node's whole digest.
-pub fn node(path: &str, node: &Node) -> u64 {
-    add(content(path, node.data.as_deref()), meta(path, node))
+pub fn node(path: &str, node: &Node, data: Option<&[u8]>) -> u64 {
+    add(content(path, data), meta(path, node))
 }

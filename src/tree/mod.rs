@@ -30,6 +30,7 @@ use self::acl::AclEntry;
 use self::acl::AuthId;
 use self::digest::ZxidDigest;
 use self::nodes::NodeMap;
+pub use self::nodes::NodeRef;
 use crate::txn::CreateOp;
 use crate::txn::OpResult;
 use crate::txn::Txn;
@@ -154,20 +155,17 @@ impl NodeStat {
     }
 }
 
-/// One znode (its path is its key in [`nodes::NodeMap`]; its children are found there too).
-/// The data is a boxed slice of exactly its length (no `Bytes` header, no shared-buffer
-/// bookkeeping); reads copy it out.
+/// One znode's ACL and Stat (its path is its key in [`nodes::NodeMap`], its children are found
+/// there too, and its data sits beside it in the map's allocation: see [`NodeRef`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
-    pub data: Option<Box<[u8]>>,
     pub acl: SharedAcl,
     pub stat: NodeStat,
 }
 
 impl Node {
-    fn new(data: Option<&[u8]>, acl: SharedAcl, zxid: i64, time: i64, owner: i64) -> Node {
+    fn new(acl: SharedAcl, zxid: i64, time: i64, owner: i64) -> Node {
         Node {
-            data: data.map(Box::from),
             acl,
             stat: NodeStat {
                 czxid: zxid,
@@ -184,8 +182,8 @@ impl Node {
         }
     }
 
-    /// The client-visible `Stat`.
-    pub fn stat(&self) -> Stat {
+    /// The client-visible `Stat`, for data of `data_len` bytes.
+    pub fn client_stat(&self, data_len: usize) -> Stat {
         let s = &self.stat;
         Stat {
             czxid: s.czxid,
@@ -202,7 +200,7 @@ impl Node {
                 NodeKind::Ephemeral(owner) => owner,
                 _ => 0,
             },
-            data_length: self.data.as_ref().map_or(0, |d| d.len() as i32),
+            data_length: data_len as i32,
             num_children: s.num_children as i32,
             pzxid: s.pzxid,
         }
@@ -288,14 +286,14 @@ impl DataTree {
             digest: None,
             digest_log: imbl::Vector::new(),
         };
-        t.nodes.insert("/", Node::new(Some(&[]), Arc::new(AclEntry::open()), 0, 0, 0));
+        t.nodes.insert("/", Node::new(Arc::new(AclEntry::open()), 0, 0, 0), Some(&[]));
         for (path, acl) in [
             ("/zookeeper", AclEntry::open()),
             ("/zookeeper/quota", AclEntry::open()),
             ("/zookeeper/config", AclEntry::read_only()),
         ] {
             let parent = path::parent(path).expect("special paths have parents").to_owned();
-            t.nodes.insert(path, Node::new(Some(&[]), Arc::new(acl), 0, 0, 0));
+            t.nodes.insert(path, Node::new(Arc::new(acl), 0, 0, 0), Some(&[]));
             t.nodes.update(&parent, |p| p.stat.num_children += 1);
             t.data_size += path.len() as i64;
         }
@@ -340,7 +338,7 @@ impl DataTree {
 
     /// The digest computed from scratch, O(n).
     fn full_digest(&self) -> u64 {
-        self.nodes.iter().fold(0, |sum, (path, node)| digest::add(sum, digest::node(path, node)))
+        self.nodes.iter().fold(0, |sum, (path, node)| digest::add(sum, digest::node(path, &node, node.data())))
     }
 
     /// Replaces one node digest (or part of one) by another in the tree digest.
@@ -351,7 +349,7 @@ impl DataTree {
     }
 
     /// A node, if present.
-    pub fn node(&self, path: &str) -> Option<&Node> {
+    pub fn node(&self, path: &str) -> Option<NodeRef<'_>> {
         self.nodes.get(path)
     }
 
@@ -398,7 +396,7 @@ impl DataTree {
         }
     }
 
-    fn read_node(&self, path: &str, perm: i32, ids: &[AuthId]) -> Result<&Node, TreeError> {
+    fn read_node(&self, path: &str, perm: i32, ids: &[AuthId]) -> Result<NodeRef<'_>, TreeError> {
         let node = self.node(Self::read_key(path)).ok_or(TreeError::NoNode)?;
         if !acl::allowed(&node.acl, perm, ids) {
             return Err(TreeError::NoAuth);
@@ -408,13 +406,13 @@ impl DataTree {
 
     /// `exists`: the node's Stat (no ACL check, as in ZooKeeper).
     pub fn exists(&self, path: &str) -> Result<Stat, TreeError> {
-        self.node(Self::read_key(path)).map(Node::stat).ok_or(TreeError::NoNode)
+        self.node(Self::read_key(path)).map(|n| n.stat()).ok_or(TreeError::NoNode)
     }
 
     /// `getData`.
     pub fn get_data(&self, path: &str, ids: &[AuthId]) -> Result<(Option<Bytes>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ, ids)?;
-        Ok((node.data.as_deref().map(Bytes::copy_from_slice), node.stat()))
+        Ok((node.data().map(Bytes::copy_from_slice), node.stat()))
     }
 
     /// `getChildren`/`getChildren2`: children in name order, and the parent's Stat.
@@ -540,22 +538,24 @@ impl DataTree {
                 // One lookup for the checks and the change: this is the hottest write.
                 let (stat, acl, old_len, old_digest, new_digest) = self
                     .nodes
-                    .update_checked(
+                    .set_data_checked(
                         path,
+                        data.as_deref(),
                         |node, _| {
                             if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
                                 return Err(TreeError::NoAuth);
                             }
                             let new_version = check_version(node.stat.version, *version)?;
-                            let old_len = node.data.as_ref().map_or(0, |d| d.len()) as i64;
-                            Ok((new_version, old_len, digest::node(path, node)))
+                            let old_len = node.data().map_or(0, <[u8]>::len) as i64;
+                            Ok((new_version, old_len, digest::node(path, &node, node.data())))
                         },
                         |(new_version, old_len, old_digest), node| {
-                            node.data = data.as_deref().map(Box::from);
                             node.stat.version = new_version;
                             node.stat.mzxid = zxid;
                             node.stat.mtime = txn.time_ms;
-                            (node.stat(), node.acl.clone(), old_len, old_digest, digest::node(path, node))
+                            let new_digest = digest::node(path, node, data.as_deref());
+                            let stat = node.client_stat(data.as_ref().map_or(0, Bytes::len));
+                            (stat, node.acl.clone(), old_len, old_digest, new_digest)
                         },
                     )
                     .ok_or(TreeError::NoNode)??;
@@ -572,13 +572,14 @@ impl DataTree {
                     return Err(TreeError::NoAuth);
                 }
                 let new_version = check_version(node.stat.aversion, *version)?;
-                let old_meta = digest::meta(path, node);
+                let old_meta = digest::meta(path, &node);
+                let data_len = node.data().map_or(0, <[u8]>::len);
                 let (stat, new_meta) = self
                     .nodes
                     .update(path, |node| {
                         node.acl = Arc::new(fixed);
                         node.stat.aversion = new_version;
-                        (node.stat(), digest::meta(path, node))
+                        (node.client_stat(data_len), digest::meta(path, node))
                     })
                     .ok_or(TreeError::NoNode)?;
                 self.digest_swap(old_meta, new_meta);
@@ -659,14 +660,14 @@ impl DataTree {
                 },
             )
             .ok_or(TreeError::NoNode)??;
-        let node = Node::new(op.data.as_deref(), shared_acl, zxid, txn.time_ms, owner);
-        let stat = node.stat();
+        let node = Node::new(shared_acl, zxid, txn.time_ms, owner);
+        let stat = node.client_stat(op.data.as_ref().map_or(0, Bytes::len));
         let node_acl = node.acl.clone();
-        let node_digest = digest::node(&path, &node);
+        let node_digest = digest::node(&path, &node, op.data.as_deref());
         self.digest_swap(parent_meta, new_parent_meta);
         self.digest_swap(0, node_digest);
         self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;
-        self.nodes.insert(&path, node);
+        self.nodes.insert(&path, node, op.data.as_deref());
         match kind_of(owner) {
             NodeKind::Ephemeral(session) => {
                 if let Some(s) = self.sessions.get_mut(&session) {
@@ -714,8 +715,9 @@ impl DataTree {
     /// (`DataTree.deleteNode`: the parent's pzxid moves, its cversion does not).
     fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
         let Some(node) = self.nodes.remove(path) else { return };
-        self.digest_swap(digest::node(path, &node), 0);
-        self.data_size -= path.len() as i64 + node.data.as_ref().map_or(0, |d| d.len()) as i64;
+        let data = node.view().data();
+        self.digest_swap(digest::node(path, &node, data), 0);
+        self.data_size -= path.len() as i64 + data.map_or(0, <[u8]>::len) as i64;
         match node.kind() {
             NodeKind::Ephemeral(session) => {
                 if let Some(s) = self.sessions.get_mut(&session) {

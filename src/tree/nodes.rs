@@ -20,6 +20,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use compact_str::CompactString;
+use jute::Stat;
 use jute::StatPersisted;
 use serde::de::MapAccess;
 use serde::de::SeqAccess;
@@ -30,6 +31,7 @@ use serde::Deserialize;
 use serde::Deserializer;
 use serde::Serialize;
 use serde::Serializer;
+use triomphe::ThinArc;
 
 use super::Node;
 use super::NodeStat;
@@ -80,20 +82,93 @@ fn descendant_prefix(parent: &str, levels: usize) -> CompactString {
     key_of(depth(parent) + levels, &[parent, slash])
 }
 
-/// A key and its node, in one allocation.
+/// A node's key and fixed part; its data follows them in the same allocation.
 #[derive(Debug, Clone)]
-struct Keyed {
+struct Head {
     key: CompactString,
     node: Node,
+    /// The data is null (`None`), not empty.
+    null: bool,
 }
 
-/// An entry of a chunk: a pointer to its key and node.
-#[derive(Debug, Clone)]
-struct Entry(Arc<Keyed>);
+/// An entry of a chunk: one pointer to one allocation holding the reference count, the
+/// [`Head`], the data's length and the data.
+#[derive(Clone)]
+struct Entry(ThinArc<Head, u8>);
 
 impl Entry {
+    fn new(key: CompactString, node: Node, data: Option<&[u8]>) -> Entry {
+        Entry(ThinArc::from_header_and_slice(Head { key, node, null: data.is_none() }, data.unwrap_or_default()))
+    }
+
+    fn head(&self) -> &Head {
+        &self.0.header.header
+    }
+
     fn key(&self) -> &str {
-        &self.0.key
+        &self.head().key
+    }
+
+    fn view(&self) -> NodeRef<'_> {
+        NodeRef { node: &self.head().node, data: (!self.head().null).then_some(&self.0.slice) }
+    }
+
+    /// Changes the node in place, or a copy of it if a snapshot or scratch copy shares it.
+    fn modify<R>(&mut self, f: impl FnOnce(&mut Node) -> R) -> R {
+        let unique = self.0.with_arc_mut(move |arc| match triomphe::Arc::get_mut(arc) {
+            Some(inner) => Ok(f(&mut inner.header_mut().node)),
+            None => Err(f),
+        });
+        match unique {
+            Ok(r) => r,
+            Err(f) => {
+                let mut head = self.head().clone();
+                let r = f(&mut head.node);
+                *self = Entry(ThinArc::from_header_and_slice(head, &self.0.slice));
+                r
+            }
+        }
+    }
+
+    /// Changes the node and replaces its data: a new allocation.
+    fn replace<R>(&mut self, data: Option<&[u8]>, f: impl FnOnce(&mut Node) -> R) -> R {
+        let mut head = self.head().clone();
+        let r = f(&mut head.node);
+        head.null = data.is_none();
+        *self = Entry(ThinArc::from_header_and_slice(head, data.unwrap_or_default()));
+        r
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("head", self.head()).field("data", &self.view().data()).finish()
+    }
+}
+
+/// A node in the map: its fixed part (through `Deref`) and its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeRef<'a> {
+    node: &'a Node,
+    data: Option<&'a [u8]>,
+}
+
+impl<'a> NodeRef<'a> {
+    /// The data (`None` when null).
+    pub fn data(&self) -> Option<&'a [u8]> {
+        self.data
+    }
+
+    /// The client-visible `Stat`.
+    pub fn stat(&self) -> Stat {
+        self.node.client_stat(self.data.map_or(0, <[u8]>::len))
+    }
+}
+
+impl Deref for NodeRef<'_> {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        self.node
     }
 }
 
@@ -127,12 +202,18 @@ impl Clone for Chunk {
 }
 
 /// A node taken out of the map.
-pub struct Removed(Arc<Keyed>);
+pub struct Removed(Entry);
+
+impl Removed {
+    pub fn view(&self) -> NodeRef<'_> {
+        self.0.view()
+    }
+}
 
 impl Deref for Removed {
     type Target = Node;
     fn deref(&self) -> &Node {
-        &self.0.node
+        &self.0.head().node
     }
 }
 
@@ -169,8 +250,8 @@ impl NodeMap {
         chunk.search(key).ok().map(|i| &chunk.0[i])
     }
 
-    pub fn get(&self, path: &str) -> Option<&Node> {
-        self.entry(key(path).as_str()).map(|e| &e.0.node)
+    pub fn get(&self, path: &str) -> Option<NodeRef<'_>> {
+        self.entry(key(path).as_str()).map(Entry::view)
     }
 
     pub fn contains(&self, path: &str) -> bool {
@@ -192,25 +273,47 @@ impl NodeMap {
     pub fn update_checked<C, R, E>(
         &mut self,
         path: &str,
-        check: impl FnOnce(&Node, &NodeMap) -> Result<C, E>,
+        check: impl FnOnce(NodeRef<'_>, &NodeMap) -> Result<C, E>,
         change: impl FnOnce(C, &mut Node) -> R,
+    ) -> Option<Result<R, E>> {
+        self.change_checked(path, check, |c, entry| entry.modify(|node| change(c, node)))
+    }
+
+    /// [`NodeMap::update_checked`] that also replaces the node's data.
+    pub fn set_data_checked<C, R, E>(
+        &mut self,
+        path: &str,
+        data: Option<&[u8]>,
+        check: impl FnOnce(NodeRef<'_>, &NodeMap) -> Result<C, E>,
+        change: impl FnOnce(C, &mut Node) -> R,
+    ) -> Option<Result<R, E>> {
+        self.change_checked(path, check, |c, entry| entry.replace(data, |node| change(c, node)))
+    }
+
+    /// Finds the entry, checks it, and changes it if the check passed: one lookup to read,
+    /// one to write (which copies the chunk if a snapshot or scratch copy shares it).
+    fn change_checked<C, R, E>(
+        &mut self,
+        path: &str,
+        check: impl FnOnce(NodeRef<'_>, &NodeMap) -> Result<C, E>,
+        change: impl FnOnce(C, &mut Entry) -> R,
     ) -> Option<Result<R, E>> {
         let key = key(path);
         let (_, chunk) = self.chunks.get_prev(key.as_str())?;
         let i = chunk.search(&key).ok()?;
-        let checked = match check(&chunk.0[i].0.node, self) {
+        let checked = match check(chunk.0[i].view(), self) {
             Ok(c) => c,
             Err(e) => return Some(Err(e)),
         };
         let (_, chunk) = self.chunks.get_prev_mut(key.as_str())?;
         let entry = Arc::make_mut(chunk).0.get_mut(i)?;
-        Some(Ok(change(checked, &mut Arc::make_mut(&mut entry.0).node)))
+        Some(Ok(change(checked, entry)))
     }
 
     /// Inserts a node (replacing one at the same path) without touching its parent's child
     /// count (the caller does).
-    pub fn insert(&mut self, path: &str, node: Node) {
-        let entry = Entry(Arc::new(Keyed { key: key(path), node }));
+    pub fn insert(&mut self, path: &str, node: Node, data: Option<&[u8]>) {
+        let entry = Entry::new(key(path), node, data);
         let Some((_, chunk)) = self.chunks.get_prev_mut(entry.key()) else {
             self.chunks.insert(CompactString::default(), Arc::new(Chunk::with([entry])));
             self.len += 1;
@@ -261,7 +364,7 @@ impl NodeMap {
         if left < CHUNK_LOW {
             self.join(&chunk_key, left);
         }
-        Some(Removed(removed.0))
+        Some(Removed(removed))
     }
 
     /// Joins the chunk under `chunk_key`, left with `len` entries, to a neighbour it fits in
@@ -307,8 +410,8 @@ impl NodeMap {
     }
 
     /// Every node with its path, by depth and then by path.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Node)> {
-        self.chunks.values().flat_map(|c| c.0.iter()).map(|e| (path_of(e.key()), &e.0.node))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, NodeRef<'_>)> {
+        self.chunks.values().flat_map(|c| c.0.iter()).map(|e| (path_of(e.key()), e.view()))
     }
 
     /// The keys of `parent`'s descendants `levels` below it, and the length of their common
@@ -355,7 +458,7 @@ impl PartialEq for NodeMap {
 #[derive(Serialize)]
 struct NodeOut<'a> {
     #[serde(with = "serde_bytes")]
-    data: &'a Option<Box<[u8]>>,
+    data: Option<&'a [u8]>,
     acl: &'a SharedAcl,
     stat: StatPersisted,
     children: Option<ChildNames<'a>>,
@@ -396,7 +499,7 @@ impl Serialize for NodeMap {
             });
             map.serialize_entry(
                 path,
-                &NodeOut { data: &node.data, acl: &node.acl, stat: node.stat.persisted(), children },
+                &NodeOut { data: node.data(), acl: &node.acl, stat: node.stat.persisted(), children },
             )?;
         }
         map.end()
@@ -454,8 +557,8 @@ impl<'de> Deserialize<'de> for NodeMap {
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<NodeMap, A::Error> {
                 let mut nodes = NodeMap::default();
                 while let Some((path, n)) = access.next_entry::<CompactString, NodeIn>()? {
-                    let node = Node { data: n.data, acl: n.acl, stat: NodeStat::from_persisted(&n.stat, n.children) };
-                    nodes.insert(&path, node);
+                    let node = Node { acl: n.acl, stat: NodeStat::from_persisted(&n.stat, n.children) };
+                    nodes.insert(&path, node, n.data.as_deref());
                 }
                 Ok(nodes)
             }
@@ -477,17 +580,48 @@ mod tests {
         assert_eq!(paths, ["/", "/a", "/b", "/a/b", "/a/c", "/ab/x", "/a/b/c"]);
     }
 
-    /// A node with its key and `Arc` counts fits the allocator's 128-byte class; one field
-    /// more moves every znode to the 160-byte class (about 30 MiB per million znodes).
+    /// A node with its key, reference count and 100 bytes of data fits the allocator's
+    /// 224-byte class; a larger head moves such znodes to the 256-byte class (about 30 MiB
+    /// per million znodes).
     #[test]
-    fn an_entry_fits_128_bytes() {
+    fn an_entry_with_100_bytes_fits_224() {
         assert_eq!(std::mem::size_of::<NodeStat>(), 64);
-        assert!(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Keyed>() <= 128);
+        let head = std::mem::size_of::<triomphe::HeaderWithLength<Head>>();
+        assert!(std::mem::size_of::<usize>() + head + 100 <= 224, "head {head}");
         assert_eq!(std::mem::size_of::<Entry>(), 8);
     }
 
+    #[test]
+    fn data_null_empty_and_replaced() {
+        let mut map = NodeMap::default();
+        map.insert("/n", Node::new(Arc::default(), 1, 0, 0), None);
+        map.insert("/e", Node::new(Arc::default(), 1, 0, 0), Some(b""));
+        assert_eq!(map.get("/n").map(|n| n.data()), Some(None));
+        assert_eq!(map.get("/e").map(|n| n.data()), Some(Some(&b""[..])));
+        let snapshot = map.clone();
+        let r: Option<Result<(), ()>> =
+            map.set_data_checked("/n", Some(b"x"), |_, _| Ok(()), |(), n| n.stat.version = 1);
+        assert_eq!(r, Some(Ok(())));
+        map.update("/e", |n| n.stat.version = 2);
+        assert_eq!(map.get("/n").map(|n| (n.data(), n.stat.version)), Some((Some(&b"x"[..]), 1)));
+        assert_eq!(map.get("/e").map(|n| (n.data(), n.stat.version)), Some((Some(&b""[..]), 2)));
+        assert_eq!(map.get("/n").map(|n| n.stat().data_length), Some(1));
+        // The snapshot taken before still sees the old nodes.
+        assert_eq!(snapshot.get("/n").map(|n| (n.data(), n.stat.version)), Some((None, 0)));
+        assert_eq!(snapshot.get("/e").map(|n| (n.data(), n.stat.version)), Some((Some(&b""[..]), 0)));
+    }
+
     fn node(zxid: i64) -> Node {
-        Node::new(Some(&zxid.to_be_bytes()), Arc::new(super::super::acl::AclEntry::open()), zxid, 0, 0)
+        Node::new(Arc::new(super::super::acl::AclEntry::open()), zxid, 0, 0)
+    }
+
+    /// The number a test node's data holds.
+    fn data_of(n: NodeRef<'_>) -> i64 {
+        n.data().and_then(|d| d.try_into().ok()).map_or(-1, i64::from_be_bytes)
+    }
+
+    fn insert(map: &mut NodeMap, path: &str, zxid: i64) {
+        map.insert(path, node(zxid), Some(&zxid.to_be_bytes()));
     }
 
     impl NodeMap {
@@ -551,18 +685,28 @@ mod tests {
                 let zxid = zxid as i64 + 1;
                 match op {
                     Op::Insert(n) => {
-                        map.insert(&path(n), node(zxid));
-                        model.insert(key(&path(n)), zxid);
+                        insert(&mut map, &path(n), zxid);
+                        model.insert(key(&path(n)), (zxid, zxid));
                     }
                     Op::Remove(n) => {
-                        let removed = map.remove(&path(n)).map(|r| r.stat.czxid);
+                        let removed = map.remove(&path(n)).map(|r| (r.stat.czxid, data_of(r.view())));
                         proptest::prop_assert_eq!(removed, model.remove(&key(&path(n))));
                     }
+                    // Odd numbers change the node in place, even ones replace its data too.
                     Op::Update(n) => {
-                        let updated = map.update(&path(n), |node| {
-                            node.stat.czxid = zxid;
+                        let change = |_, node: &mut Node| node.stat.czxid = zxid;
+                        let updated: Option<Result<(), ()>> = if n % 2 == 1 {
+                            map.update_checked(&path(n), |_, _| Ok(()), change)
+                        } else {
+                            map.set_data_checked(&path(n), Some(&zxid.to_be_bytes()), |_, _| Ok(()), change)
+                        };
+                        let modelled = model.get_mut(&key(&path(n))).map(|(c, d)| {
+                            *c = zxid;
+                            if n % 2 == 0 {
+                                *d = zxid;
+                            }
+                            Ok(())
                         });
-                        let modelled = model.get_mut(&key(&path(n))).map(|z| *z = zxid);
                         proptest::prop_assert_eq!(updated, modelled);
                     }
                     Op::Snapshot => snapshots.push((map.clone(), model.clone())),
@@ -571,8 +715,9 @@ mod tests {
             }
             for (snap, snap_model) in std::iter::once((map, model)).chain(snapshots) {
                 snap.check_layout();
-                let got: Vec<(String, i64)> = snap.iter().map(|(p, n)| (p.to_owned(), n.stat.czxid)).collect();
-                let want: Vec<(String, i64)> =
+                let got: Vec<(String, (i64, i64))> =
+                    snap.iter().map(|(p, n)| (p.to_owned(), (n.stat.czxid, data_of(n)))).collect();
+                let want: Vec<(String, (i64, i64))> =
                     snap_model.iter().map(|(k, z)| (path_of(k).to_owned(), *z)).collect();
                 proptest::prop_assert_eq!(got, want);
                 for parent in ["/p0", "/p1", "/p2"] {
@@ -594,13 +739,13 @@ mod tests {
     fn chunks_fill() {
         let mut in_order = NodeMap::default();
         for i in 0..10_000 {
-            in_order.insert(&format!("/q/n{i:010}"), node(i));
+            insert(&mut in_order, &format!("/q/n{i:010}"), i);
         }
         in_order.check_layout();
         assert!(in_order.fill() > CHUNK as f64 * 0.95, "in order: {}", in_order.fill());
         let mut scattered = NodeMap::default();
         for i in 0..10_000i64 {
-            scattered.insert(&format!("/q/n{}", (i * 7919) % 10_000), node(i));
+            insert(&mut scattered, &format!("/q/n{}", (i * 7919) % 10_000), i);
         }
         scattered.check_layout();
         assert!(scattered.fill() > CHUNK as f64 * 0.5, "scattered: {}", scattered.fill());
