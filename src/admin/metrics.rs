@@ -73,25 +73,48 @@ async fn render(State((d, h)): State<(Dispatcher, PrometheusHandle)>) -> String 
     h.render()
 }
 
-/// Serves `/metrics` until `stop` fires.
+/// How often histogram samples are folded into their buckets when nobody scrapes.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Serves `/metrics` until `stop` fires, and meanwhile folds recorded histogram samples into
+/// their buckets every [`UPKEEP_EVERY`]. The exporter otherwise keeps every sample (8 bytes and
+/// more per request, for the request-latency histogram) until the next scrape: a server nobody
+/// scrapes grew by 88 MiB over 3.5 million gets.
 pub async fn serve(
     addr: SocketAddr,
     d: Dispatcher,
     handle: PrometheusHandle,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let app = Router::new().route("/metrics", get(render)).with_state((d, handle));
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "metrics listener not started");
-            return;
+    let upkeep = {
+        let handle = handle.clone();
+        let mut stop = stop.clone();
+        async move {
+            let mut every = tokio::time::interval(UPKEEP_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => handle.run_upkeep(),
+                    _ = stop.changed() => break,
+                }
+            }
         }
     };
-    tracing::info!(%addr, "serving Prometheus metrics at /metrics");
-    let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.changed().await;
-        })
-        .await;
+    let app = Router::new().route("/metrics", get(render)).with_state((d, handle));
+    let serve = async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(%addr, error = %e, "metrics listener not started");
+                return;
+            }
+        };
+        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.changed().await;
+            })
+            .await;
+    };
+    tokio::join!(upkeep, serve);
 }
