@@ -201,6 +201,15 @@ impl Clone for Chunk {
     }
 }
 
+/// Moves a chunk's entries to the end of `to`, copying pointers only if a snapshot shares
+/// the chunk.
+fn append(to: &mut Vec<Entry>, chunk: Arc<Chunk>) {
+    match Arc::try_unwrap(chunk) {
+        Ok(c) => to.extend(c.0),
+        Err(shared) => to.extend(shared.0.iter().cloned()),
+    }
+}
+
 /// A node taken out of the map.
 pub struct Removed(Entry);
 
@@ -307,6 +316,7 @@ impl NodeMap {
         };
         let (_, chunk) = self.chunks.get_prev_mut(key.as_str())?;
         let entry = Arc::make_mut(chunk).0.get_mut(i)?;
+        debug_assert_eq!(entry.key(), key.as_str(), "nothing moved between the check and the change");
         Some(Ok(change(checked, entry)))
     }
 
@@ -332,7 +342,7 @@ impl NodeMap {
             chunk.insert(at, entry);
             return;
         } else if at == chunk.len() {
-            Chunk::with([entry])
+            return self.insert_past_full(entry);
         } else {
             // Cut where the key goes, so a run of keys created in order inside the map
             // (sequential children of a parent that is not the last) fills the lower half; but
@@ -349,6 +359,30 @@ impl NodeMap {
         // A new chunk is never empty.
         if let Some(first) = new_chunk.0.first() {
             self.chunks.insert(first.key().into(), Arc::new(new_chunk));
+        }
+    }
+
+    /// Inserts a key that sorts past the end of its full chunk: at the front of the next chunk
+    /// if that has room (keys created in descending order then fill it), else into a new
+    /// chunk of its own (keys created in ascending order then fill that one).
+    fn insert_past_full(&mut self, entry: Entry) {
+        let next = self
+            .chunks
+            .range::<_, str>((Bound::Excluded(entry.key()), Bound::Unbounded))
+            .next()
+            .filter(|(_, c)| c.0.len() < CHUNK)
+            .map(|(k, _)| k.clone());
+        let chunk = match next.and_then(|k| self.chunks.remove(&k)) {
+            Some(next) => {
+                let mut chunk = Arc::unwrap_or_clone(next);
+                chunk.0.insert(0, entry);
+                chunk
+            }
+            None => Chunk::with([entry]),
+        };
+        // Keyed by its new first key, which sorts past the full chunk's last.
+        if let Some(first) = chunk.0.first() {
+            self.chunks.insert(first.key().into(), Arc::new(chunk));
         }
     }
 
@@ -378,7 +412,7 @@ impl NodeMap {
         if let Some((next_key, _)) = next.filter(|(_, n)| len + n <= CHUNK) {
             if let Some(next) = self.chunks.remove(&next_key) {
                 if let Some(chunk) = self.chunks.get_mut(chunk_key) {
-                    Arc::make_mut(chunk).0.extend(Arc::unwrap_or_clone(next).0);
+                    append(&mut Arc::make_mut(chunk).0, next);
                 }
             }
             return;
@@ -391,7 +425,7 @@ impl NodeMap {
         if let Some((prev_key, _)) = prev.filter(|(_, p)| len + p <= CHUNK) {
             if let Some(chunk) = self.chunks.remove(chunk_key) {
                 if let Some(prev) = self.chunks.get_mut(&prev_key) {
-                    Arc::make_mut(prev).0.extend(Arc::unwrap_or_clone(chunk).0);
+                    append(&mut Arc::make_mut(prev).0, chunk);
                 }
             }
         } else if len == 0 {
@@ -631,11 +665,14 @@ mod tests {
         fn check_layout(&self) {
             let mut count = 0;
             let mut last: Option<&str> = None;
+            let keys: Vec<&CompactString> = self.chunks.keys().collect();
             for (i, (chunk_key, chunk)) in self.chunks.iter().enumerate() {
                 assert!(i > 0 || chunk_key.is_empty(), "first chunk keyed {chunk_key:?}");
                 assert!(!chunk.0.is_empty() && chunk.0.len() <= CHUNK, "chunk of {}", chunk.0.len());
                 for e in &chunk.0 {
                     assert!(e.key() >= chunk_key.as_str());
+                    // Below the next chunk's key, so lookups are routed here.
+                    assert!(keys.get(i + 1).is_none_or(|next| e.key() < next.as_str()), "{} past its chunk", e.key());
                     assert!(last.is_none_or(|l| l < e.key()), "{last:?} before {}", e.key());
                     last = Some(e.key());
                     count += 1;
@@ -668,9 +705,14 @@ mod tests {
         ]
     }
 
-    /// A path for a number: a few parents with many children, so chunks split and join.
+    /// A path for a number: a few parents with many children, so chunks split and join, and
+    /// some grandchildren, so there is more than one depth below a parent.
     fn path(n: u16) -> String {
-        format!("/p{}/c{}", n % 3, n)
+        if n % 7 == 0 {
+            format!("/p{}/c{}/g{n}", n % 3, n % 5)
+        } else {
+            format!("/p{}/c{n}", n % 3)
+        }
     }
 
     proptest::proptest! {
@@ -715,6 +757,9 @@ mod tests {
             }
             for (snap, snap_model) in std::iter::once((map, model)).chain(snapshots) {
                 snap.check_layout();
+                for (path, _) in snap.iter() {
+                    proptest::prop_assert!(snap.contains(path), "{} not found", path);
+                }
                 let got: Vec<(String, (i64, i64))> =
                     snap.iter().map(|(p, n)| (p.to_owned(), (n.stat.czxid, data_of(n)))).collect();
                 let want: Vec<(String, (i64, i64))> =
@@ -726,7 +771,14 @@ mod tests {
                         .keys()
                         .map(|k| path_of(k))
                         .filter_map(|p| p.strip_prefix(parent)?.strip_prefix('/'))
+                        .filter(|name| !name.contains('/'))
                         .collect();
+                    let below = snap_model.keys().filter(|k| path_of(k).starts_with(&format!("{parent}/"))).count();
+                    // `descendants` walks level by level and, as in the tree, a level with no
+                    // nodes has none below it; the model's grandchildren may lack parents.
+                    if !want.is_empty() || below == 0 {
+                        proptest::prop_assert_eq!(snap.descendants(parent), below);
+                    }
                     proptest::prop_assert_eq!(names, want);
                 }
             }
@@ -756,6 +808,22 @@ mod tests {
             }
         }
         assert!(scattered.is_empty() && scattered.chunks.is_empty());
+        // Descending, into an empty map and after a full chunk (as after loading a snapshot).
+        let mut descending = NodeMap::default();
+        for i in (0..10_000).rev() {
+            insert(&mut descending, &format!("/q/n{i:010}"), i);
+        }
+        descending.check_layout();
+        assert!(descending.fill() > CHUNK as f64 * 0.45, "descending: {}", descending.fill());
+        let mut after_full = NodeMap::default();
+        for i in 0..CHUNK as i64 {
+            insert(&mut after_full, &format!("/q/n{i:010}"), i);
+        }
+        for i in (CHUNK as i64..10_000).rev() {
+            insert(&mut after_full, &format!("/q/n{i:010}"), i);
+        }
+        after_full.check_layout();
+        assert!(after_full.fill() > CHUNK as f64 * 0.45, "descending after a full chunk: {}", after_full.fill());
     }
 
     #[test]
