@@ -9,6 +9,11 @@
 //! MiB per million znodes. Every mimalloc block of at least 8 bytes is 8-aligned (block sizes
 //! are multiples of 8 and pages start 16-aligned), so requests aligned to 8 or less take
 //! `mi_malloc`, as the standard library's `System` allocator does with `malloc`.
+//!
+//! [`configure`] also shortens mimalloc's purge delay (how long freed pages stay resident
+//! before they are returned to the system) from v3's 1 s to 10 ms, v2's default: a purge only
+//! happens when the allocator next runs, so after a burst of load the pages it freed stayed
+//! resident while the server idled (about 10 MiB after loading 1,000,000 znodes).
 #![allow(unsafe_code)]
 
 use std::alloc::GlobalAlloc;
@@ -16,6 +21,20 @@ use std::alloc::Layout;
 use std::ffi::c_void;
 
 use libmimalloc_sys as ffi;
+
+/// `mi_option_purge_delay` in mimalloc v3's option enum (mimalloc.h).
+const OPTION_PURGE_DELAY: ffi::mi_option_t = 15;
+/// Milliseconds a freed page stays resident before it is returned to the system.
+const PURGE_DELAY_MS: std::ffi::c_long = 10;
+
+/// Sets mimalloc's options; call first thing in `main`. An option set in the environment
+/// (`MIMALLOC_PURGE_DELAY`) wins.
+pub fn configure() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() && std::env::var_os("MIMALLOC_RESET_DELAY").is_none() {
+        // SAFETY: a plain C call setting an integer option.
+        unsafe { ffi::mi_option_set(OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
+    }
+}
 
 /// Alignment every mimalloc block of at least this many bytes has.
 const PLAIN_ALIGN: usize = 8;
@@ -79,6 +98,21 @@ unsafe impl GlobalAlloc for Mimalloc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The option index is the purge delay's: before `configure` it holds v3's default of
+    /// 1000 ms (unless the environment set it), after it 10.
+    #[test]
+    fn configure_sets_the_purge_delay() {
+        // SAFETY: plain C calls reading an integer option.
+        let before = unsafe { ffi::mi_option_get(OPTION_PURGE_DELAY) };
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() || std::env::var_os("MIMALLOC_RESET_DELAY").is_some() {
+            return;
+        }
+        assert_eq!(before, 1000);
+        configure();
+        // SAFETY: as above.
+        assert_eq!(unsafe { ffi::mi_option_get(OPTION_PURGE_DELAY) }, PURGE_DELAY_MS);
+    }
 
     /// Every size and alignment up to a few KiB comes back aligned and usable, through alloc,
     /// alloc_zeroed and realloc (grow and shrink).

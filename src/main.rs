@@ -45,6 +45,7 @@ fn disable_transparent_huge_pages() {
 }
 
 fn main() -> std::process::ExitCode {
+    warden::alloc::configure();
     disable_transparent_huge_pages();
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
