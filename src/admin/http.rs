@@ -313,7 +313,7 @@ async fn kill(State(d): State<Dispatcher>, headers: HeaderMap, Path(id): Path<St
 }
 
 /// Serves the admin endpoints until `stop` fires.
-pub async fn serve(addr: SocketAddr, d: Dispatcher, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn serve(addr: SocketAddr, d: Dispatcher, stop: tokio::sync::watch::Receiver<bool>) {
     let app = Router::new()
         .route("/commands", get(commands))
         .route("/commands/{name}", get(command))
@@ -322,17 +322,5 @@ pub async fn serve(addr: SocketAddr, d: Dispatcher, mut stop: tokio::sync::watch
         .route("/ready", get(|| async { (StatusCode::OK, "ready\n") }))
         .route("/health", get(|| async { (StatusCode::OK, "ok\n") }))
         .with_state(d);
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "admin server not started");
-            return;
-        }
-    };
-    tracing::info!(%addr, "admin server listening");
-    let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.changed().await;
-        })
-        .await;
+    super::serve_router(addr, app, "admin server", stop).await;
 }

@@ -84,7 +84,7 @@ pub async fn serve(
     addr: SocketAddr,
     d: Dispatcher,
     handle: PrometheusHandle,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let upkeep = {
         let handle = handle.clone();
@@ -101,20 +101,6 @@ pub async fn serve(
         }
     };
     let app = Router::new().route("/metrics", get(render)).with_state((d, handle));
-    let serve = async move {
-        let listener = match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(%addr, error = %e, "metrics listener not started");
-                return;
-            }
-        };
-        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.changed().await;
-            })
-            .await;
-    };
+    let serve = super::serve_router(addr, app, "Prometheus metrics at /metrics", stop);
     tokio::join!(upkeep, serve);
 }
