@@ -541,7 +541,7 @@ impl DataTree {
                     .set_data_checked(
                         path,
                         data.as_deref(),
-                        |node, _| {
+                        |node| {
                             if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
                                 return Err(TreeError::NoAuth);
                             }
