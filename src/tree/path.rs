@@ -26,22 +26,26 @@ pub fn validate(path: &str) -> Result<(), InvalidPath> {
     if path.ends_with('/') {
         return bad("path must not end with / character");
     }
-    for component in path[1..].split('/') {
+    // Components first, then characters, as ZooKeeper reports them. Every path is checked
+    // on every write, so both passes look at bytes: a `/` byte is always the character.
+    for component in path.as_bytes()[1..].split(|&b| b == b'/') {
         match component {
-            "" => return bad("empty node name specified"),
-            "." | ".." => return bad("relative paths not allowed"),
+            b"" => return bad("empty node name specified"),
+            b"." | b".." => return bad("relative paths not allowed"),
             _ => {}
         }
     }
-    for c in path.chars() {
-        let forbidden = c == '\u{0}'
+    let forbidden = |c: char| {
+        c == '\u{0}'
             || ('\u{1}'..='\u{1f}').contains(&c)
             || ('\u{7f}'..='\u{9f}').contains(&c)
             || ('\u{e000}'..='\u{f8ff}').contains(&c) // surrogates (d800-dfff) cannot occur in a Rust str
-            || ('\u{fff0}'..='\u{ffff}').contains(&c);
-        if forbidden {
-            return bad("invalid character");
-        }
+            || ('\u{fff0}'..='\u{ffff}').contains(&c)
+    };
+    let bad_char =
+        if path.is_ascii() { path.bytes().any(|b| b < 0x20 || b == 0x7f) } else { path.chars().any(forbidden) };
+    if bad_char {
+        return bad("invalid character");
     }
     Ok(())
 }
@@ -65,7 +69,60 @@ pub fn is_at_or_below(path: &str, ancestor: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// The rules as first written, character by character: the reference for `validate`.
+    fn validate_by_chars(path: &str) -> Result<(), InvalidPath> {
+        let bad = |reason| Err(InvalidPath { path: path.to_owned(), reason });
+        if path.is_empty() {
+            return bad("path length must be > 0");
+        }
+        if !path.starts_with('/') {
+            return bad("path must start with / character");
+        }
+        if path.len() == 1 {
+            return Ok(());
+        }
+        if path.ends_with('/') {
+            return bad("path must not end with / character");
+        }
+        for component in path[1..].split('/') {
+            match component {
+                "" => return bad("empty node name specified"),
+                "." | ".." => return bad("relative paths not allowed"),
+                _ => {}
+            }
+        }
+        for c in path.chars() {
+            let forbidden = c == '\u{0}'
+            || ('\u{1}'..='\u{1f}').contains(&c)
+            || ('\u{7f}'..='\u{9f}').contains(&c)
+            || ('\u{e000}'..='\u{f8ff}').contains(&c) // surrogates (d800-dfff) cannot occur in a Rust str
+            || ('\u{fff0}'..='\u{ffff}').contains(&c);
+            if forbidden {
+                return bad("invalid character");
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Byte-level validation accepts and refuses (with the same reason) exactly what the
+        /// character-level rules do.
+        #[test]
+        fn validation_agrees_with_the_char_rules(
+            path in prop_oneof![
+                "[/a.]{0,12}",
+                "/[ -~]{0,30}",
+                "/[\\x00-\\x{a0}/.]{0,12}",
+                "/(\\PC|[\\x00-\\x1f]|\\x{e000}|\\x{fff5}|/|\\.){0,12}",
+            ],
+        ) {
+            prop_assert_eq!(validate(&path), validate_by_chars(&path));
+        }
+    }
 
     #[test]
     fn validation_matches_zookeeper() {
