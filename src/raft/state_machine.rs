@@ -198,6 +198,35 @@ fn write_snapshot_with(
     Ok(size)
 }
 
+/// The path of `file` if it is one of the files `begin_receiving_snapshot` made in `dir`
+/// (matched by device and inode, not by name).
+fn receiving_path(dir: &Path, file: &std::fs::File) -> std::io::Result<Option<PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
+    let want = file.metadata()?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| n.starts_with(RECEIVING_PREFIX)) {
+            continue;
+        }
+        let m = entry.metadata()?;
+        if m.dev() == want.dev() && m.ino() == want.ino() {
+            return Ok(Some(entry.path()));
+        }
+    }
+    Ok(None)
+}
+
+/// Moves a received (already fsynced) snapshot file into place: rename, fsync the
+/// directory, remove older snapshots. Returns its size.
+fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId<u64>>) -> std::io::Result<u64> {
+    let path = snapshot_path(dir, last);
+    std::fs::rename(received, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    remove_with_prefix(dir, "snapshot-", Some(&path))?;
+    Ok(std::fs::metadata(&path)?.len())
+}
+
 impl StateMachine {
     /// Opens the state machine from the newest snapshot in `dir`, if any.
     pub fn open(dir: &Path, shared: Arc<SharedTree>, hook: Arc<dyn ApplyHook>) -> Result<StateMachine, String> {
@@ -356,13 +385,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut received = snapshot.into_std().await;
         let mut file = decode_snapshot(&mut received).map_err(sm_err)?;
         file.tree.compute_digest(); // before the write lock: O(n)
-        let bytes = {
-            use std::io::Seek;
-            received.seek(std::io::SeekFrom::Start(0)).map_err(snap_err)?;
-            write_snapshot_with(&self.dir, &meta.last_log_id, |w| std::io::copy(&mut received, w).map(|_| ()))
-                .map_err(snap_err)?
+        let bytes = match receiving_path(&self.dir, &received).map_err(snap_err)? {
+            // The file this server received into: made durable where it lies and renamed
+            // into place, not written a second time.
+            Some(path) => {
+                received.sync_all().map_err(snap_err)?;
+                drop(received);
+                install_snapshot_file(&self.dir, &path, &meta.last_log_id).map_err(snap_err)?
+            }
+            // A file from elsewhere (openraft's storage suite hands over the leader's own).
+            None => {
+                use std::io::Seek;
+                received.seek(std::io::SeekFrom::Start(0)).map_err(snap_err)?;
+                let bytes =
+                    write_snapshot_with(&self.dir, &meta.last_log_id, |w| std::io::copy(&mut received, w).map(|_| ()))
+                        .map_err(snap_err)?;
+                drop(received);
+                bytes
+            }
         };
-        drop(received);
         remove_with_prefix(&self.dir, RECEIVING_PREFIX, None).map_err(snap_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
@@ -442,6 +483,64 @@ mod tests {
         let (a, b, c) = (a.expect("/a"), b.expect("/a/b"), c.expect("/c"));
         assert_eq!(a.data().map(<[u8]>::len), Some(300 << 10));
         assert!(Arc::ptr_eq(&a.acl, &b.acl) && Arc::ptr_eq(&a.acl, &c.acl), "equal ACLs are shared");
+    }
+
+    struct NoHook;
+    impl ApplyHook for NoHook {
+        fn applied(&self, _zxid: i64, _session_id: i64, _changes: &[Change]) {}
+    }
+
+    fn state_machine(dir: &Path, tree: DataTree) -> StateMachine {
+        let (applied, _) = tokio::sync::watch::channel(0i64);
+        let shared = Arc::new(SharedTree { tree: RwLock::new(tree), applied, snapshot_zxid: Default::default() });
+        StateMachine::open(dir, shared, Arc::new(NoHook)).expect("open state machine")
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A snapshot received from the leader is renamed into place, not copied: the follower
+    /// ends with exactly the leader's bytes under the snapshot name, no receiving file, the
+    /// tree installed, and a restart loads it.
+    #[tokio::test]
+    async fn a_received_snapshot_is_renamed_into_place() {
+        use tokio::io::AsyncWriteExt;
+        let (leader_dir, follower_dir) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", vec![7u8; 100 << 10]);
+        create(&mut tree, "/a/b", b"x".to_vec());
+        let (count, zxid) = (tree.node_count(), tree.last_zxid());
+        let mut leader = state_machine(leader_dir.path(), tree);
+        let built = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
+        let leader_file = newest_snapshot(leader_dir.path()).expect("list").expect("leader's snapshot");
+        let bytes = std::fs::read(&leader_file).expect("read");
+
+        let mut follower = state_machine(follower_dir.path(), DataTree::new());
+        // An abandoned transfer's file goes too.
+        drop(follower.begin_receiving_snapshot().await.expect("begin"));
+        let mut receiving = follower.begin_receiving_snapshot().await.expect("begin");
+        receiving.write_all(&bytes).await.expect("write");
+        let received_inode = std::os::unix::fs::MetadataExt::ino(&receiving.metadata().await.expect("metadata"));
+        follower.install_snapshot(&built.meta, receiving).await.expect("install");
+
+        let name = snapshot_path(follower_dir.path(), &built.meta.last_log_id);
+        let file_name = name.file_name().expect("name").to_string_lossy().into_owned();
+        assert_eq!(names(follower_dir.path()), [file_name]);
+        assert_eq!(std::fs::read(&name).expect("read"), bytes);
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&name).expect("metadata"));
+        assert_eq!(inode, received_inode, "renamed, not copied");
+        assert_eq!(follower.shared.read().node_count(), count);
+        assert_eq!(follower.shared.read().last_zxid(), zxid);
+        drop(follower);
+        let reopened = state_machine(follower_dir.path(), DataTree::new());
+        assert_eq!(reopened.shared.read().node_count(), count);
+        assert_eq!(reopened.last_applied, built.meta.last_log_id);
     }
 
     /// A truncated file is an error, not a panic or a partial tree.
