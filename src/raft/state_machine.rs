@@ -163,15 +163,24 @@ const RECEIVING_PREFIX: &str = "receiving-";
 /// Removes the files in `dir` whose names start with `prefix`, except `keep`. A file still
 /// open elsewhere keeps its data for whoever holds it (a snapshot being sent, or one still
 /// being received).
-fn remove_with_prefix(dir: &Path, prefix: &str, keep: Option<&Path>) -> std::io::Result<()> {
+/// Removes the files in `dir` whose names `doomed` picks (best effort: one that cannot be
+/// removed stays).
+fn remove_where(dir: &Path, doomed: impl Fn(&str) -> bool) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let p = entry?.path();
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with(prefix) && keep != Some(p.as_path()) {
+        if doomed(p.file_name().and_then(|n| n.to_str()).unwrap_or("")) {
             let _ = std::fs::remove_file(&p);
         }
     }
     Ok(())
+}
+
+/// Removes the snapshots older than `newest` (their names sort as their log ids do). Newer
+/// ones and `.tmp` files stay: openraft builds a snapshot in a task of its own, which may
+/// still be writing its `.tmp`, or finish after a newer snapshot was installed from the leader.
+fn remove_older_snapshots(dir: &Path, newest: &Path) -> std::io::Result<()> {
+    let newest = newest.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    remove_where(dir, |name| name.starts_with("snapshot-") && name.ends_with(".bin") && name < newest)
 }
 
 /// Writes a snapshot file durably through `fill` (temp file, fsync, rename, fsync the
@@ -194,7 +203,7 @@ fn write_snapshot_with(
     };
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
-    remove_with_prefix(dir, "snapshot-", Some(&path))?;
+    remove_older_snapshots(dir, &path)?;
     Ok(size)
 }
 
@@ -204,12 +213,13 @@ fn receiving_path(dir: &Path, file: &std::fs::File) -> std::io::Result<Option<Pa
     use std::os::unix::fs::MetadataExt;
     let want = file.metadata()?;
     for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+        // An entry that vanished or cannot be read is not the open file looked for.
+        let Ok(entry) = entry else { continue };
         let name = entry.file_name();
         if !name.to_str().is_some_and(|n| n.starts_with(RECEIVING_PREFIX)) {
             continue;
         }
-        let m = entry.metadata()?;
+        let Ok(m) = entry.metadata() else { continue };
         if m.dev() == want.dev() && m.ino() == want.ino() {
             return Ok(Some(entry.path()));
         }
@@ -223,7 +233,7 @@ fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId<u64>>)
     let path = snapshot_path(dir, last);
     std::fs::rename(received, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
-    remove_with_prefix(dir, "snapshot-", Some(&path))?;
+    remove_older_snapshots(dir, &path)?;
     Ok(std::fs::metadata(&path)?.len())
 }
 
@@ -238,8 +248,11 @@ impl StateMachine {
             membership: StoredMembership::default(),
             dir: dir.to_owned(),
         };
-        // Partial transfers from a leader that a crash interrupted.
-        remove_with_prefix(dir, RECEIVING_PREFIX, None).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+        // Partial transfers from a leader, and snapshots being built, that a crash interrupted.
+        remove_where(dir, |name| {
+            name.starts_with(RECEIVING_PREFIX) || (name.starts_with("snapshot-") && name.ends_with(".tmp"))
+        })
+        .map_err(|e| format!("listing {}: {e}", dir.display()))?;
         if let Some(path) = newest_snapshot(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
             let started = std::time::Instant::now();
             let mut file = std::fs::File::open(&path)
@@ -404,7 +417,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 bytes
             }
         };
-        remove_with_prefix(&self.dir, RECEIVING_PREFIX, None).map_err(snap_err)?;
+        remove_where(&self.dir, |name| name.starts_with(RECEIVING_PREFIX)).map_err(snap_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let last_zxid = file.tree.last_zxid();
@@ -541,6 +554,42 @@ mod tests {
         let reopened = state_machine(follower_dir.path(), DataTree::new());
         assert_eq!(reopened.shared.read().node_count(), count);
         assert_eq!(reopened.last_applied, built.meta.last_log_id);
+    }
+
+    /// A new snapshot removes only older ones: a newer one (installed from the leader while
+    /// an older build ran) and a build still writing its `.tmp` stay. A restart removes the
+    /// `.tmp` of a build a crash interrupted and loads the newest snapshot.
+    #[test]
+    fn older_snapshots_go_newer_ones_and_builds_in_progress_stay() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", b"x".to_vec());
+        let id = |i| Some(LogId::new(openraft::CommittedLeaderId::new(1, 0), i));
+        let write = |last: Option<LogId<u64>>| {
+            let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
+            write_snapshot_with(dir.path(), &last, |w| {
+                postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
+            })
+            .expect("write");
+        };
+        let name = |last, ext| {
+            snapshot_path(dir.path(), &last)
+                .with_extension(ext)
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned()
+        };
+        write(id(10));
+        write(id(30));
+        assert_eq!(names(dir.path()), [name(id(30), "bin")]);
+        std::fs::write(snapshot_path(dir.path(), &id(40)).with_extension("tmp"), b"partial").expect("tmp");
+        write(id(20));
+        assert_eq!(names(dir.path()), [name(id(20), "bin"), name(id(30), "bin"), name(id(40), "tmp")]);
+
+        let reopened = state_machine(dir.path(), DataTree::new());
+        assert_eq!(reopened.last_applied, id(30));
+        assert_eq!(names(dir.path()), [name(id(20), "bin"), name(id(30), "bin")]);
     }
 
     /// A truncated file is an error, not a panic or a partial tree.
