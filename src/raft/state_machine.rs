@@ -160,11 +160,9 @@ fn meta_of(
 /// Prefix of the files a snapshot from the leader is received into.
 const RECEIVING_PREFIX: &str = "receiving-";
 
-/// Removes the files in `dir` whose names start with `prefix`, except `keep`. A file still
-/// open elsewhere keeps its data for whoever holds it (a snapshot being sent, or one still
-/// being received).
 /// Removes the files in `dir` whose names `doomed` picks (best effort: one that cannot be
-/// removed stays).
+/// removed stays). A file still open elsewhere keeps its data for whoever holds it (a
+/// snapshot being sent, or one still being received).
 fn remove_where(dir: &Path, doomed: impl Fn(&str) -> bool) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let p = entry?.path();

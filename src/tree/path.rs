@@ -26,12 +26,18 @@ pub fn validate(path: &str) -> Result<(), InvalidPath> {
     if path.ends_with('/') {
         return bad("path must not end with / character");
     }
-    // Components first, then characters, as ZooKeeper reports them. Every path is checked
-    // on every write, so both passes look at bytes: a `/` byte is always the character.
+    body_error(path).map_or(Ok(()), bad)
+}
+
+/// The first rule an absolute path longer than `/` breaks in its components or characters:
+/// components first, then characters, as ZooKeeper reports them. Every path is checked on
+/// every write, so both passes look at bytes (a `/` byte is always the character); a
+/// non-ASCII path goes through the character ranges.
+fn body_error(path: &str) -> Option<&'static str> {
     for component in path.as_bytes()[1..].split(|&b| b == b'/') {
         match component {
-            b"" => return bad("empty node name specified"),
-            b"." | b".." => return bad("relative paths not allowed"),
+            b"" => return Some("empty node name specified"),
+            b"." | b".." => return Some("relative paths not allowed"),
             _ => {}
         }
     }
@@ -44,10 +50,7 @@ pub fn validate(path: &str) -> Result<(), InvalidPath> {
     };
     let bad_char =
         if path.is_ascii() { path.bytes().any(|b| b < 0x20 || b == 0x7f) } else { path.chars().any(forbidden) };
-    if bad_char {
-        return bad("invalid character");
-    }
-    Ok(())
+    bad_char.then_some("invalid character")
 }
 
 /// The parent of a non-root path (`"/a/b"` -> `"/a"`, `"/a"` -> `"/"`), or `None` for the root
@@ -73,54 +76,33 @@ mod tests {
 
     use super::*;
 
-    /// The rules as first written, character by character: the reference for `validate`.
-    fn validate_by_chars(path: &str) -> Result<(), InvalidPath> {
-        let bad = |reason| Err(InvalidPath { path: path.to_owned(), reason });
-        if path.is_empty() {
-            return bad("path length must be > 0");
-        }
-        if !path.starts_with('/') {
-            return bad("path must start with / character");
-        }
-        if path.len() == 1 {
-            return Ok(());
-        }
-        if path.ends_with('/') {
-            return bad("path must not end with / character");
-        }
+    /// The component and character rules as first written, on `str` and `char`: the
+    /// reference for [`body_error`].
+    fn body_error_by_chars(path: &str) -> Option<&'static str> {
         for component in path[1..].split('/') {
             match component {
-                "" => return bad("empty node name specified"),
-                "." | ".." => return bad("relative paths not allowed"),
+                "" => return Some("empty node name specified"),
+                "." | ".." => return Some("relative paths not allowed"),
                 _ => {}
             }
         }
-        for c in path.chars() {
-            let forbidden = c == '\u{0}'
-            || ('\u{1}'..='\u{1f}').contains(&c)
-            || ('\u{7f}'..='\u{9f}').contains(&c)
-            || ('\u{e000}'..='\u{f8ff}').contains(&c) // surrogates (d800-dfff) cannot occur in a Rust str
-            || ('\u{fff0}'..='\u{ffff}').contains(&c);
-            if forbidden {
-                return bad("invalid character");
-            }
-        }
-        Ok(())
+        let forbidden = |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
+        path.chars().any(forbidden).then_some("invalid character")
     }
 
     proptest! {
-        /// Byte-level validation accepts and refuses (with the same reason) exactly what the
+        /// Byte-level checks accept and refuse (with the same reason) exactly what the
         /// character-level rules do.
         #[test]
         fn validation_agrees_with_the_char_rules(
             path in prop_oneof![
-                "[/a.]{0,12}",
+                "/[/a.]{0,12}",
                 "/[ -~]{0,30}",
                 "/[\\x00-\\x{a0}/.]{0,12}",
                 "/(\\PC|[\\x00-\\x1f]|\\x{e000}|\\x{fff5}|/|\\.){0,12}",
             ],
         ) {
-            prop_assert_eq!(validate(&path), validate_by_chars(&path));
+            prop_assert_eq!(body_error(&path), body_error_by_chars(&path));
         }
     }
 
