@@ -136,9 +136,15 @@ impl TxnBatch {
     }
 }
 
+/// Where one txn's result goes on the server that proposed it: the waiter of the connection
+/// that sent it.
+pub type Answer = tokio::sync::oneshot::Sender<Result<TxnResult, crate::dispatch::ProposeError>>;
+
 /// What the server that proposed a batch learns about it before openraft answers: that the
-/// log store made it durable here, and (a copy of) its results as soon as the state machine
-/// applied it.
+/// log store made it durable here, and each txn's result the moment the state machine has
+/// applied that txn. The state machine answers each txn's waiter itself, as ZooKeeper's final
+/// processor answers each request once applied, so a client's reply goes out while the rest
+/// of its batch is still being applied rather than after the whole batch.
 /// (openraft 0.9 answers a write only when its core task is free, and that task waits for the
 /// next entry's fsync first.) Not part of the replicated data: hooks never compare, encode or
 /// travel to another server; an entry read back from disk has none.
@@ -147,24 +153,46 @@ pub struct LocalHooks(Option<std::sync::Arc<HooksInner>>);
 
 struct HooksInner {
     durable: std::sync::Arc<tokio::sync::Notify>,
-    applied: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<Vec<TxnResult>>>>,
+    /// The txns' waiters in batch order, until the state machine takes them to answer, or the
+    /// proposer takes them back to answer from openraft's reply or to fail them.
+    answers: std::sync::Mutex<Option<Vec<Answer>>>,
+    applied: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl HooksInner {
+    fn take_answers(&self) -> Option<Vec<Answer>> {
+        self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
 }
 
 /// The proposer's ends of a batch's [`LocalHooks`].
 pub struct HookWaits {
     /// Notified once the entry is durable in this server's log.
     pub durable: std::sync::Arc<tokio::sync::Notify>,
-    /// The batch's results once applied here.
-    pub applied: tokio::sync::oneshot::Receiver<Vec<TxnResult>>,
+    /// Resolves once the state machine applied the entry here and answered every waiter it
+    /// took; dropped unresolved if the entry is applied without its hooks.
+    pub applied: tokio::sync::oneshot::Receiver<()>,
+    inner: std::sync::Arc<HooksInner>,
+}
+
+impl HookWaits {
+    /// The waiters, unless the state machine took them: answered then, or being answered.
+    pub fn take_answers(&self) -> Option<Vec<Answer>> {
+        self.inner.take_answers()
+    }
 }
 
 impl LocalHooks {
-    /// Hooks, and the ends to wait on.
-    pub fn new() -> (LocalHooks, HookWaits) {
+    /// Hooks answering `answers` (one per txn of the batch, in order), and the ends to wait on.
+    pub fn new(answers: Vec<Answer>) -> (LocalHooks, HookWaits) {
         let durable = std::sync::Arc::new(tokio::sync::Notify::new());
         let (tx, applied) = tokio::sync::oneshot::channel();
-        let inner = HooksInner { durable: durable.clone(), applied: std::sync::Mutex::new(Some(tx)) };
-        (LocalHooks(Some(std::sync::Arc::new(inner))), HookWaits { durable, applied })
+        let inner = std::sync::Arc::new(HooksInner {
+            durable: durable.clone(),
+            answers: std::sync::Mutex::new(Some(answers)),
+            applied: std::sync::Mutex::new(Some(tx)),
+        });
+        (LocalHooks(Some(inner.clone())), HookWaits { durable, applied, inner })
     }
 
     /// The log store made the entry durable.
@@ -174,12 +202,18 @@ impl LocalHooks {
         }
     }
 
-    /// The state machine applied the entry: hands a copy of the results to the proposer, if
-    /// it waits through these hooks.
-    pub fn applied(&self, results: &[TxnResult]) {
-        let waiting = self.0.as_ref().and_then(|h| h.applied.lock().ok().and_then(|mut s| s.take()));
+    /// The state machine starts applying the entry: the waiters to answer, one per txn in
+    /// order, if this server proposed it and nobody answered them yet.
+    pub fn take_answers(&self) -> Option<Vec<Answer>> {
+        self.0.as_ref().and_then(|h| h.take_answers())
+    }
+
+    /// The state machine applied the whole entry (and answered the waiters it took).
+    pub fn applied(&self) {
+        let waiting =
+            self.0.as_ref().and_then(|h| h.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
         if let Some(tx) = waiting {
-            let _ = tx.send(results.to_vec());
+            let _ = tx.send(());
         }
     }
 }

@@ -177,14 +177,17 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
             continue;
         };
         if leader_id == me {
-            let (hooks, waits) = crate::txn::LocalHooks::new();
+            let (hooks, waits) = crate::txn::LocalHooks::new(waiters);
             let mut entry = TxnBatch::new(txns);
             entry.hooks = hooks;
             match raft.client_write_ff(entry).await {
                 Ok(mut response) => {
                     let failures = failures.clone();
                     tokio::spawn(async move {
-                        let crate::txn::HookWaits { durable, mut applied } = waits;
+                        // The state machine answers each txn as it applies it (see
+                        // `LocalHooks`); this task frees the proposer's slots, and answers
+                        // from openraft's reply what the state machine did not.
+                        let mut waits = waits;
                         // The next batch may go to openraft once this one is on disk (or
                         // answered, should it fail before that).
                         let mut slot = Some(slot);
@@ -192,36 +195,38 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                         let answer = loop {
                             tokio::select! {
                                 biased;
-                                results = &mut applied => match results {
-                                    Ok(results) => break Ok(Ok(results)),
-                                    // Applied without the hook (read back from disk): openraft's
-                                    // answer carries the results.
+                                done = &mut waits.applied => match done {
+                                    Ok(()) => break None,
+                                    // Applied without the hooks (read back from disk):
+                                    // openraft's answer carries the results.
                                     Err(_) => {
                                         answered = true;
-                                        break (&mut response).await.map(|r| r.map(|r| r.data));
+                                        break Some((&mut response).await.map(|r| r.map(|r| r.data)));
                                     }
                                 },
-                                _ = durable.notified(), if slot.is_some() => slot = None,
+                                _ = waits.durable.notified(), if slot.is_some() => slot = None,
                                 answer = &mut response => {
                                     answered = true;
-                                    break answer.map(|r| r.map(|r| r.data));
+                                    break Some(answer.map(|r| r.map(|r| r.data)));
                                 }
                             }
                         };
                         drop(slot);
+                        // Waiters still here were not answered by the state machine.
                         let failed = match answer {
-                            Ok(Ok(results)) => {
-                                for (w, r) in waiters.into_iter().zip(results) {
+                            None => false,
+                            Some(Ok(Ok(results))) => {
+                                for (w, r) in waits.take_answers().unwrap_or_default().into_iter().zip(results) {
                                     let _ = w.send(Ok(r));
                                 }
                                 false
                             }
-                            Ok(Err(e)) => {
-                                fail_all(waiters, &e.to_string());
+                            Some(Ok(Err(e))) => {
+                                fail_all(waits.take_answers().unwrap_or_default(), &e.to_string());
                                 true
                             }
-                            Err(e) => {
-                                fail_all(waiters, &e.to_string());
+                            Some(Err(e)) => {
+                                fail_all(waits.take_answers().unwrap_or_default(), &e.to_string());
                                 true
                             }
                         };
@@ -237,7 +242,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                     });
                 }
                 Err(fatal) => {
-                    fail_all(waiters, &fatal.to_string());
+                    fail_all(waits.take_answers().unwrap_or_default(), &fatal.to_string());
                     tracing::error!(error = %fatal, "raft stopped; proposer exits");
                     return;
                 }

@@ -337,7 +337,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 match entry.payload {
                     EntryPayload::Blank => out.push(Vec::new()),
                     EntryPayload::Normal(batch) => {
-                        hooks.push((out.len(), batch.hooks.clone()));
+                        // Proposed here: each txn's waiter is answered as soon as that txn is
+                        // applied (after its watch events are queued), while the rest of the
+                        // batch is still being applied.
+                        let mut answers = batch.hooks.take_answers().map(Vec::into_iter);
                         let mut results = Vec::with_capacity(batch.txns.len());
                         for txn in batch.txns.iter() {
                             let zxid = next_zxid(&tree);
@@ -346,8 +349,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             if let (crate::txn::TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
                                 self.hook.session_closed(*session_id);
                             }
-                            results.push(TxnResult { zxid, outcome });
+                            let result = TxnResult { zxid, outcome };
+                            if let Some(answer) = answers.as_mut().and_then(Iterator::next) {
+                                let _ = answer.send(Ok(result.clone()));
+                            }
+                            results.push(result);
                         }
+                        hooks.push(batch.hooks);
                         out.push(results);
                     }
                     EntryPayload::Membership(m) => {
@@ -358,12 +366,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
             tree.last_zxid()
         };
-        // The proposer here gets its results at once (see `LocalHooks`); openraft's answer
-        // carries them too, for whichever arrives first.
-        for (i, h) in hooks {
-            if let Some(results) = out.get(i) {
-                h.applied(results);
-            }
+        // The proposer learns its batches are answered (see `LocalHooks`); openraft's answer
+        // carries the results too, for a batch applied without its hooks.
+        for h in hooks {
+            h.applied();
         }
         self.shared.applied.send_replace(last_zxid);
         Ok(out)
@@ -505,6 +511,77 @@ mod tests {
         let (applied, _) = tokio::sync::watch::channel(0i64);
         let shared = Arc::new(SharedTree { tree: RwLock::new(tree), applied, snapshot_zxid: Default::default() });
         StateMachine::open(dir, shared, Arc::new(NoHook)).expect("open state machine")
+    }
+
+    /// The hook of a test that sees, at each txn's apply, which of the batch's answers have
+    /// already arrived.
+    struct AnsweredSoFar {
+        rx: std::sync::Mutex<Vec<tokio::sync::oneshot::Receiver<Result<TxnResult, crate::dispatch::ProposeError>>>>,
+        got: std::sync::Mutex<Vec<(i64, TxnResult)>>,
+        seen: std::sync::Mutex<Vec<usize>>,
+    }
+    impl ApplyHook for AnsweredSoFar {
+        fn applied(&self, _zxid: i64, _session_id: i64, _changes: &[Change]) {
+            let mut rx = self.rx.lock().expect("rx");
+            let mut got = self.got.lock().expect("got");
+            for (i, r) in rx.iter_mut().enumerate() {
+                if let Ok(Ok(result)) = r.try_recv() {
+                    got.push((i as i64, result));
+                }
+            }
+            self.seen.lock().expect("seen").push(got.len());
+        }
+    }
+
+    /// The server that proposed a batch answers each txn the moment it is applied, before the
+    /// batch's next txn is applied, with the result openraft gets too; then it reports the
+    /// batch applied, and the proposer has nothing left to answer.
+    #[tokio::test]
+    async fn each_txn_is_answered_as_soon_as_it_is_applied() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| tokio::sync::oneshot::channel()).unzip();
+        let hook = Arc::new(AnsweredSoFar {
+            rx: std::sync::Mutex::new(rxs),
+            got: Default::default(),
+            seen: Default::default(),
+        });
+        let (applied, _) = tokio::sync::watch::channel(0i64);
+        let shared =
+            Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied, snapshot_zxid: Default::default() });
+        let mut sm = StateMachine::open(dir.path(), shared, hook.clone()).expect("open state machine");
+
+        let txn = |op| Txn { session_id: 0, time_ms: 1, auth: vec![], op };
+        let create = || {
+            TxnOp::Create(CreateOp {
+                path: "/a".into(),
+                data: Some(bytes::Bytes::from_static(b"x")),
+                acl: AclEntry::open(),
+                flags: 0,
+                ttl: -1,
+            })
+        };
+        let set = TxnOp::SetData { path: "/a".into(), data: Some(bytes::Bytes::from_static(b"y")), version: -1 };
+        let (hooks, mut waits) = crate::txn::LocalHooks::new(txs);
+        let mut batch = crate::txn::TxnBatch::new(vec![txn(create()), txn(set), txn(create())]);
+        batch.hooks = hooks;
+        let entry = Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 0), 1),
+            payload: EntryPayload::Normal(batch),
+        };
+        let out = sm.apply(vec![entry]).await.expect("apply");
+
+        // At the second txn's apply the first was answered, at the third the first two.
+        assert_eq!(*hook.seen.lock().expect("seen"), vec![0, 1, 2]);
+        hook.applied(0, 0, &[]);
+        let got = hook.got.lock().expect("got").clone();
+        assert_eq!(got.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2]);
+        let answers: Vec<TxnResult> = got.into_iter().map(|(_, r)| r).collect();
+        assert_eq!(out, vec![answers.clone()], "the answers are openraft's results");
+        assert!(answers[0].outcome.is_ok() && answers[1].outcome.is_ok());
+        assert!(answers[2].outcome.is_err(), "the second create of /a fails: {:?}", answers[2]);
+        assert!(answers.windows(2).all(|w| w[0].zxid < w[1].zxid));
+        assert!((&mut waits.applied).await.is_ok(), "the batch is reported applied");
+        assert!(waits.take_answers().is_none(), "nothing left for the proposer to answer");
     }
 
     fn names(dir: &Path) -> Vec<String> {
