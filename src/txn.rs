@@ -151,18 +151,22 @@ pub type Answer = tokio::sync::oneshot::Sender<Result<TxnResult, crate::dispatch
 #[derive(Clone, Default)]
 pub struct LocalHooks(Option<std::sync::Arc<HooksInner>>);
 
-struct HooksInner {
-    durable: std::sync::Arc<tokio::sync::Notify>,
-    /// The txns' waiters in batch order, until the state machine takes them to answer, or the
-    /// proposer takes them back to answer from openraft's reply or to fail them.
-    answers: std::sync::Mutex<Option<Vec<Answer>>>,
-    applied: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+/// The txns' waiters in batch order, until the state machine takes them to answer, or the
+/// proposer takes them back to answer from openraft's reply or to fail them.
+#[derive(Default)]
+struct Answers(std::sync::Mutex<Option<Vec<Answer>>>);
+
+impl Answers {
+    fn take(&self) -> Option<Vec<Answer>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
 }
 
-impl HooksInner {
-    fn take_answers(&self) -> Option<Vec<Answer>> {
-        self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
-    }
+struct HooksInner {
+    durable: std::sync::Arc<tokio::sync::Notify>,
+    answers: std::sync::Arc<Answers>,
+    /// Dropped with the entry's last copy if the entry is applied without its hooks.
+    applied: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 /// The proposer's ends of a batch's [`LocalHooks`].
@@ -172,13 +176,13 @@ pub struct HookWaits {
     /// Resolves once the state machine applied the entry here and answered every waiter it
     /// took; dropped unresolved if the entry is applied without its hooks.
     pub applied: tokio::sync::oneshot::Receiver<()>,
-    inner: std::sync::Arc<HooksInner>,
+    answers: std::sync::Arc<Answers>,
 }
 
 impl HookWaits {
     /// The waiters, unless the state machine took them: answered then, or being answered.
     pub fn take_answers(&self) -> Option<Vec<Answer>> {
-        self.inner.take_answers()
+        self.answers.take()
     }
 }
 
@@ -187,12 +191,10 @@ impl LocalHooks {
     pub fn new(answers: Vec<Answer>) -> (LocalHooks, HookWaits) {
         let durable = std::sync::Arc::new(tokio::sync::Notify::new());
         let (tx, applied) = tokio::sync::oneshot::channel();
-        let inner = std::sync::Arc::new(HooksInner {
-            durable: durable.clone(),
-            answers: std::sync::Mutex::new(Some(answers)),
-            applied: std::sync::Mutex::new(Some(tx)),
-        });
-        (LocalHooks(Some(inner.clone())), HookWaits { durable, applied, inner })
+        let answers = std::sync::Arc::new(Answers(std::sync::Mutex::new(Some(answers))));
+        let inner =
+            HooksInner { durable: durable.clone(), answers: answers.clone(), applied: std::sync::Mutex::new(Some(tx)) };
+        (LocalHooks(Some(std::sync::Arc::new(inner))), HookWaits { durable, applied, answers })
     }
 
     /// The log store made the entry durable.
@@ -205,7 +207,7 @@ impl LocalHooks {
     /// The state machine starts applying the entry: the waiters to answer, one per txn in
     /// order, if this server proposed it and nobody answered them yet.
     pub fn take_answers(&self) -> Option<Vec<Answer>> {
-        self.0.as_ref().and_then(|h| h.take_answers())
+        self.0.as_ref().and_then(|h| h.answers.take())
     }
 
     /// The state machine applied the whole entry (and answered the waiters it took).

@@ -584,6 +584,63 @@ mod tests {
         assert!(waits.take_answers().is_none(), "nothing left for the proposer to answer");
     }
 
+    /// One apply call with several entries: each hooked batch's waiters get that batch's
+    /// results, whatever entries come between (a blank one, a batch without hooks); and hooks
+    /// dropped without an apply hand the waiters back to the proposer.
+    #[tokio::test]
+    async fn answers_line_up_with_their_entries() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut sm = state_machine(dir.path(), DataTree::new());
+        let create = |path: &str| Txn {
+            session_id: 0,
+            time_ms: 1,
+            auth: vec![],
+            op: TxnOp::Create(CreateOp { path: path.into(), data: None, acl: AclEntry::open(), flags: 0, ttl: -1 }),
+        };
+        let hooked = |paths: &[&str]| {
+            let (txs, rxs): (Vec<_>, Vec<_>) = paths.iter().map(|_| tokio::sync::oneshot::channel()).unzip();
+            let (hooks, waits) = crate::txn::LocalHooks::new(txs);
+            let mut batch = crate::txn::TxnBatch::new(paths.iter().map(|p| create(p)).collect());
+            batch.hooks = hooks;
+            (batch, waits, rxs)
+        };
+        let (b1, mut w1, r1) = hooked(&["/a", "/a"]);
+        let (b3, mut w3, r3) = hooked(&["/c"]);
+        let entry =
+            |index, payload| Entry { log_id: LogId::new(openraft::CommittedLeaderId::new(1, 0), index), payload };
+        let entries = vec![
+            entry(1, EntryPayload::Normal(b1)),
+            entry(2, EntryPayload::Blank),
+            entry(3, EntryPayload::Normal(crate::txn::TxnBatch::new(vec![create("/b")]))),
+            entry(4, EntryPayload::Normal(b3)),
+        ];
+        let out = sm.apply(entries).await.expect("apply");
+        assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 0, 1, 1]);
+        let got = |rxs: Vec<tokio::sync::oneshot::Receiver<_>>| -> Vec<TxnResult> {
+            rxs.into_iter()
+                .map(|mut r| match r.try_recv() {
+                    Ok(Ok(result)) => result,
+                    other => panic!("not answered: {other:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(got(r1), out[0]);
+        assert_eq!(got(r3), out[3]);
+        assert!(out[0][1].outcome.is_err(), "the second create of /a fails");
+        for w in [&mut w1, &mut w3] {
+            assert!((&mut w.applied).await.is_ok());
+            assert!(w.take_answers().is_none());
+        }
+
+        // An entry dropped unapplied (read back from disk later, or failed): the proposer
+        // learns it and gets its waiters back to answer from openraft's reply.
+        let (b, mut w, _rx) = hooked(&["/d"]);
+        drop(b);
+        let done = tokio::time::timeout(std::time::Duration::from_secs(10), &mut w.applied).await;
+        assert!(matches!(done, Ok(Err(_))), "no apply through the hooks: {done:?}");
+        assert_eq!(w.take_answers().map(|a| a.len()), Some(1));
+    }
+
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
             .expect("list")
