@@ -153,7 +153,6 @@ pub struct LocalHooks(Option<std::sync::Arc<HooksInner>>);
 
 /// The txns' waiters in batch order, until the state machine takes them to answer, or the
 /// proposer takes them back to answer from openraft's reply or to fail them.
-#[derive(Default)]
 struct Answers(std::sync::Mutex<Option<Vec<Answer>>>);
 
 impl Answers {

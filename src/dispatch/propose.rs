@@ -212,21 +212,23 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                             }
                         };
                         drop(slot);
-                        // Waiters still here were not answered by the state machine.
+                        // Waiters still here were not answered by the state machine (none are
+                        // once it reported the batch applied).
+                        let left = waits.take_answers().unwrap_or_default();
                         let failed = match answer {
                             None => false,
                             Some(Ok(Ok(results))) => {
-                                for (w, r) in waits.take_answers().unwrap_or_default().into_iter().zip(results) {
+                                for (w, r) in left.into_iter().zip(results) {
                                     let _ = w.send(Ok(r));
                                 }
                                 false
                             }
                             Some(Ok(Err(e))) => {
-                                fail_all(waits.take_answers().unwrap_or_default(), &e.to_string());
+                                fail_all(left, &e.to_string());
                                 true
                             }
                             Some(Err(e)) => {
-                                fail_all(waits.take_answers().unwrap_or_default(), &e.to_string());
+                                fail_all(left, &e.to_string());
                                 true
                             }
                         };
