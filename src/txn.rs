@@ -127,12 +127,61 @@ pub struct TxnBatch {
     /// it).
     #[serde(skip)]
     pub hooks: LocalHooks,
+    /// Where the txns come from, for a batch proposed empty and filled when the log store
+    /// appends it (not encoded; see [`TxnBatch::fill`]).
+    #[serde(skip)]
+    pub source: Source,
 }
 
 impl TxnBatch {
     /// A batch of these txns.
     pub fn new(txns: Vec<Txn>) -> TxnBatch {
-        TxnBatch { txns: std::sync::Arc::new(txns), hooks: LocalHooks::default() }
+        TxnBatch { txns: std::sync::Arc::new(txns), hooks: LocalHooks::default(), source: Source::default() }
+    }
+
+    /// A batch whose txns are taken from `source` when the log store appends it, their
+    /// waiters answered through `hooks`. The leader proposes its batches this way: openraft 0.9
+    /// appends one entry per fsync, and the entry waiting for the disk takes every txn that
+    /// arrived until the moment it is written, rather than those that had arrived when the
+    /// proposer last ran.
+    pub fn filled_from(source: std::sync::Arc<dyn Fill>, hooks: LocalHooks) -> TxnBatch {
+        TxnBatch { txns: std::sync::Arc::new(Vec::new()), hooks, source: Source(Some(source)) }
+    }
+
+    /// Takes the txns (and hands their waiters to the hooks) if this batch was proposed to be
+    /// filled; called by the log store once, as openraft appends the entry, before it is
+    /// stored or sent anywhere.
+    pub fn fill(&mut self) {
+        if let Some(source) = self.source.0.take() {
+            let (txns, answers) = source.take();
+            self.txns = std::sync::Arc::new(txns);
+            self.hooks.set_answers(answers);
+        }
+    }
+}
+
+/// Where a batch proposed empty takes its txns from (the proposer's inbox).
+pub trait Fill: Send + Sync {
+    /// The txns of one batch, in order, with one waiter each.
+    fn take(&self) -> (Vec<Txn>, Vec<Answer>);
+}
+
+/// A batch's [`Fill`] source, until the batch is filled. Local, like [`LocalHooks`]: never
+/// compared, encoded or sent.
+#[derive(Clone, Default)]
+pub struct Source(Option<std::sync::Arc<dyn Fill>>);
+
+impl PartialEq for Source {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Source {}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Source(unfilled)" } else { "Source(none)" })
     }
 }
 
@@ -140,9 +189,8 @@ impl TxnBatch {
 /// that sent it.
 pub type Answer = tokio::sync::oneshot::Sender<Result<TxnResult, crate::dispatch::ProposeError>>;
 
-/// What the server that proposed a batch learns about it before openraft answers: that the
-/// log store made it durable here, and each txn's result the moment the state machine has
-/// applied that txn. The state machine answers each txn's waiter itself, as ZooKeeper's final
+/// What the server that proposed a batch learns about it before openraft answers: each txn's
+/// result the moment the state machine has applied that txn. The state machine answers each txn's waiter itself, as ZooKeeper's final
 /// processor answers each request once applied, so a client's reply goes out while the rest
 /// of its batch is still being applied rather than after the whole batch.
 /// (openraft 0.9 answers a write only when its core task is free, and that task waits for the
@@ -162,7 +210,6 @@ impl Answers {
 }
 
 struct HooksInner {
-    durable: std::sync::Arc<tokio::sync::Notify>,
     answers: std::sync::Arc<Answers>,
     /// Dropped with the entry's last copy if the entry is applied without its hooks.
     applied: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
@@ -170,8 +217,6 @@ struct HooksInner {
 
 /// The proposer's ends of a batch's [`LocalHooks`].
 pub struct HookWaits {
-    /// Notified once the entry is durable in this server's log.
-    pub durable: std::sync::Arc<tokio::sync::Notify>,
     /// Resolves once the state machine applied the entry here and answered every waiter it
     /// took; dropped unresolved if the entry is applied without its hooks.
     pub applied: tokio::sync::oneshot::Receiver<()>,
@@ -188,18 +233,17 @@ impl HookWaits {
 impl LocalHooks {
     /// Hooks answering `answers` (one per txn of the batch, in order), and the ends to wait on.
     pub fn new(answers: Vec<Answer>) -> (LocalHooks, HookWaits) {
-        let durable = std::sync::Arc::new(tokio::sync::Notify::new());
         let (tx, applied) = tokio::sync::oneshot::channel();
         let answers = std::sync::Arc::new(Answers(std::sync::Mutex::new(Some(answers))));
-        let inner =
-            HooksInner { durable: durable.clone(), answers: answers.clone(), applied: std::sync::Mutex::new(Some(tx)) };
-        (LocalHooks(Some(std::sync::Arc::new(inner))), HookWaits { durable, applied, answers })
+        let inner = HooksInner { answers: answers.clone(), applied: std::sync::Mutex::new(Some(tx)) };
+        (LocalHooks(Some(std::sync::Arc::new(inner))), HookWaits { applied, answers })
     }
 
-    /// The log store made the entry durable.
-    pub fn durable(&self) {
+    /// The waiters of a batch just filled (see [`TxnBatch::fill`]); with no hooks there is
+    /// nobody to answer them here, and dropping them tells their callers so.
+    fn set_answers(&self, answers: Vec<Answer>) {
         if let Some(h) = &self.0 {
-            h.durable.notify_one();
+            *h.answers.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answers);
         }
     }
 

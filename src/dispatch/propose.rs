@@ -1,20 +1,29 @@
 //! The proposer: group commit, and forwarding to the leader.
 //!
-//! Txns from every connection (and batches forwarded by followers) queue in one bounded inbox;
-//! a single task drains it into batches. On the leader each batch becomes one Raft log entry,
-//! so one redb commit (one fsync) carries as many txns as arrived while the previous batch was
-//! being written; at most [`MAX_IN_FLIGHT`] batches are in openraft at once. On a follower the
-//! batch is forwarded to the leader over the peer port, and the answer is released only after
-//! this server has applied the entry itself, so the client's next read here sees its write and
-//! its watch events are queued first. Batches leave in inbox order, so a session's writes
-//! enter the log in the order it sent them.
+//! Txns from every connection (and batches forwarded by followers) queue in one bounded
+//! [`Inbox`]; a single task turns it into batches. On the leader each batch becomes one Raft
+//! log entry, proposed empty and filled from the inbox by the log store at the moment openraft
+//! appends it ([`TxnBatch::fill`]): openraft 0.9 appends one entry per fsync, so the entry
+//! waiting behind the disk takes every txn that arrived until the previous fsync ended and
+//! openraft got to it, with no trip back through this task in between. One redb commit (one
+//! fsync) therefore carries as many txns as arrived while the previous batch was being
+//! written; at most [`MAX_IN_FLIGHT`] batches are in openraft at once. On a follower the batch
+//! is forwarded to the leader over the peer port, and the answer is released only after this
+//! server has applied the entry itself, so the client's next read here sees its write and its
+//! watch events are queued first. Batches leave in inbox order, so a session's writes enter
+//! the log in the order it sent them.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::sync::oneshot;
+use tokio::sync::Notify;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::Semaphore;
 
 use super::ProposeError;
@@ -32,9 +41,9 @@ pub const MAX_BATCH: usize = 1024;
 /// Approximate data bytes per log entry at most.
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
 /// Batches handed to openraft (or the leader) and not yet answered, at most. On the leader
-/// only one of them is being written at a time (see `run`): the next is cut when the previous
-/// is durable, so it carries everything that arrived during that fsync, while the previous is
-/// still being applied and answered.
+/// only one of them waits to be filled at a time (see `run`): the next is proposed once the
+/// previous has taken its txns, and openraft appends it after the previous one's fsync, so it
+/// carries everything that arrived meanwhile, while the previous is applied and answered.
 pub const MAX_IN_FLIGHT: usize = 4;
 /// Txns waiting for a batch, at most (back-pressure on connections beyond that).
 const INBOX: usize = 64 * 1024;
@@ -44,10 +53,107 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 type Outcome = Result<TxnResult, ProposeError>;
 type Waiter = oneshot::Sender<Outcome>;
 
+/// Txns waiting for a batch, in arrival order: pushed by connections, taken by the proposer
+/// task (forwarding, failing) and by the log store as it appends a batch proposed empty.
+pub struct Inbox {
+    queue: Mutex<VecDeque<(Txn, Waiter)>>,
+    /// Notified when a txn is queued, or when the last [`Proposer`] handle goes.
+    ready: Notify,
+    /// Room left in the queue: connections wait for it (back-pressure).
+    room: Semaphore,
+    closed: AtomicBool,
+}
+
+impl Inbox {
+    fn new() -> Inbox {
+        Inbox {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Notify::new(),
+            room: Semaphore::new(INBOX),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<(Txn, Waiter)>> {
+        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn push(&self, item: (Txn, Waiter)) -> Result<(), ProposeError> {
+        let room = self.room.acquire().await.map_err(|_| ProposeError::Raft("proposer stopped".into()))?;
+        room.forget();
+        self.queue().push_back(item);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Waits until a txn is queued; false once no handle can queue any more.
+    async fn wait(&self) -> bool {
+        loop {
+            if !self.queue().is_empty() {
+                return true;
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            self.ready.notified().await;
+        }
+    }
+
+    /// The oldest queued txns, as many as one batch may carry.
+    fn take_batch(&self) -> Vec<(Txn, Waiter)> {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        {
+            let mut queue = self.queue();
+            while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+                let Some(item) = queue.pop_front() else { break };
+                bytes += txn_bytes(&item.0);
+                batch.push(item);
+            }
+        }
+        self.room.add_permits(batch.len());
+        batch
+    }
+
+    /// Everything queued.
+    fn take_all(&self) -> Vec<(Txn, Waiter)> {
+        let all: Vec<_> = self.queue().drain(..).collect();
+        self.room.add_permits(all.len());
+        all
+    }
+}
+
+/// A batch proposed empty on the leader: the log store fills it from the inbox as openraft
+/// appends it, and then the proposer may propose the next one (`slot`). Dropped unfilled
+/// (openraft refused the write), it leaves the txns queued and frees the slot all the same.
+struct Unfilled {
+    inbox: Arc<Inbox>,
+    slot: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl crate::txn::Fill for Unfilled {
+    fn take(&self) -> (Vec<Txn>, Vec<Waiter>) {
+        let batch = self.inbox.take_batch();
+        drop(self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        metrics::histogram!("warden_raft_batch_txns").record(batch.len() as f64);
+        batch.into_iter().unzip()
+    }
+}
+
+/// Closes the inbox when the last [`Proposer`] handle is dropped.
+struct Handle(Arc<Inbox>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.ready.notify_one();
+    }
+}
+
 /// A handle to the proposer task.
 #[derive(Clone)]
 pub struct Proposer {
-    tx: mpsc::Sender<(Txn, Waiter)>,
+    inbox: Arc<Handle>,
 }
 
 fn txn_bytes(txn: &Txn) -> usize {
@@ -66,15 +172,15 @@ fn txn_bytes(txn: &Txn) -> usize {
 impl Proposer {
     /// Starts the proposer task for server `me`.
     pub fn start(raft: Raft, me: u64, shared: Arc<SharedTree>) -> Proposer {
-        let (tx, rx) = mpsc::channel(INBOX);
-        tokio::spawn(run(raft, me, shared, rx));
-        Proposer { tx }
+        let inbox = Arc::new(Inbox::new());
+        tokio::spawn(run(raft, me, shared, inbox.clone()));
+        Proposer { inbox: Arc::new(Handle(inbox)) }
     }
 
     /// Queues a txn; the receiver yields its result once applied on this server.
     pub async fn submit(&self, txn: Txn) -> Result<oneshot::Receiver<Outcome>, ProposeError> {
         let (done, wait) = oneshot::channel();
-        self.tx.send((txn, done)).await.map_err(|_| ProposeError::Raft("proposer stopped".into()))?;
+        self.inbox.0.push((txn, done)).await?;
         Ok(wait)
     }
 
@@ -128,22 +234,22 @@ async fn leader_other_than(
 /// that is no more, and its clients have been or will be disconnected; forwarding it later to
 /// the new leader could apply a session's write after writes it made since through another
 /// server. ZooKeeper drops such requests too when its leader steps down.
-fn fail_queued(rx: &mut mpsc::Receiver<(Txn, Waiter)>, e: &str) {
-    let mut n = 0usize;
-    while let Ok((_, w)) = rx.try_recv() {
+fn fail_queued(inbox: &Inbox, e: &str) {
+    let queued = inbox.take_all();
+    let n = queued.len();
+    for (_, w) in queued {
         let _ = w.send(Err(ProposeError::Raft(e.to_owned())));
-        n += 1;
     }
     if n > 0 {
         tracing::info!(txns = n, reason = e, "queued writes failed after a failed batch");
     }
 }
 
-async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receiver<(Txn, Waiter)>) {
+async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    // The one batch openraft is writing to disk (openraft 0.9 appends one entry at a time and
-    // waits for its fsync): the next batch is cut when this is released, so it holds every
-    // txn that arrived meanwhile.
+    // The one batch not yet filled (on the leader) or being forwarded (on a follower): the
+    // next is proposed when it is released, so at most one empty batch waits in openraft for
+    // the previous one's fsync, and it takes everything that arrived meanwhile.
     let writing = Arc::new(Semaphore::new(1));
     let mut peers: HashMap<u64, PeerClient> = HashMap::new();
     // Bumped when a batch proposed here as leader fails; the loop then fails what is queued
@@ -156,31 +262,19 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
         let now_failed = failures.load(std::sync::atomic::Ordering::Acquire);
         if now_failed != seen_failures {
             seen_failures = now_failed;
-            fail_queued(&mut rx, "this server lost the leadership");
+            fail_queued(&inbox, "this server lost the leadership");
         }
-        let Some(first) = rx.recv().await else { return };
-        let mut bytes = txn_bytes(&first.0);
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(item) => {
-                    bytes += txn_bytes(&item.0);
-                    batch.push(item);
-                }
-                Err(_) => break,
-            }
+        if !inbox.wait().await {
+            return;
         }
-        let (txns, waiters): (Vec<Txn>, Vec<Waiter>) = batch.into_iter().unzip();
-        metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
         let Some((leader_id, leader_addr)) = leader(&raft, Duration::from_secs(3)).await else {
-            fail_all(waiters, "no leader");
+            fail_queued(&inbox, "no leader");
             continue;
         };
         if leader_id == me {
-            let (hooks, waits) = crate::txn::LocalHooks::new(waiters);
-            let mut entry = TxnBatch::new(txns);
-            entry.hooks = hooks;
-            match raft.client_write_ff(entry).await {
+            let (hooks, waits) = crate::txn::LocalHooks::new(Vec::new());
+            let unfilled = Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)) };
+            match raft.client_write_ff(TxnBatch::filled_from(Arc::new(unfilled), hooks)).await {
                 Ok(mut response) => {
                     let failures = failures.clone();
                     tokio::spawn(async move {
@@ -188,30 +282,23 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
                         // `LocalHooks`); this task frees the proposer's slots, and answers
                         // from openraft's reply what the state machine did not.
                         let mut waits = waits;
-                        // The next batch may go to openraft once this one is on disk (or
-                        // answered, should it fail before that).
-                        let mut slot = Some(slot);
                         let mut answered = false;
-                        let answer = loop {
-                            tokio::select! {
-                                biased;
-                                done = &mut waits.applied => match done {
-                                    Ok(()) => break None,
-                                    // Applied without the hooks (read back from disk):
-                                    // openraft's answer carries the results.
-                                    Err(_) => {
-                                        answered = true;
-                                        break Some((&mut response).await.map(|r| r.map(|r| r.data)));
-                                    }
-                                },
-                                _ = waits.durable.notified(), if slot.is_some() => slot = None,
-                                answer = &mut response => {
+                        let answer = tokio::select! {
+                            biased;
+                            done = &mut waits.applied => match done {
+                                Ok(()) => None,
+                                // Applied without the hooks (read back from disk): openraft's
+                                // answer carries the results.
+                                Err(_) => {
                                     answered = true;
-                                    break Some(answer.map(|r| r.map(|r| r.data)));
+                                    Some((&mut response).await.map(|r| r.map(|r| r.data)))
                                 }
+                            },
+                            answer = &mut response => {
+                                answered = true;
+                                Some(answer.map(|r| r.map(|r| r.data)))
                             }
                         };
-                        drop(slot);
                         // Waiters still here were not answered by the state machine (none are
                         // once it reported the batch applied).
                         let left = waits.take_answers().unwrap_or_default();
@@ -252,6 +339,8 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, mut rx: mpsc::Receive
             continue;
         }
         // A follower: forward to the leader, in order, then wait for the local apply.
+        let (txns, waiters): (Vec<Txn>, Vec<Waiter>) = inbox.take_batch().into_iter().unzip();
+        metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
         let client = peers.entry(leader_id).or_insert_with(|| PeerClient::new(leader_addr)).clone();
         match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
             Ok(answer) => {
