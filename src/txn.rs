@@ -190,9 +190,10 @@ impl std::fmt::Debug for Source {
 pub type Answer = tokio::sync::oneshot::Sender<Result<TxnResult, crate::dispatch::ProposeError>>;
 
 /// What the server that proposed a batch learns about it before openraft answers: each txn's
-/// result the moment the state machine has applied that txn. The state machine answers each txn's waiter itself, as ZooKeeper's final
-/// processor answers each request once applied, so a client's reply goes out while the rest
-/// of its batch is still being applied rather than after the whole batch.
+/// result the moment the state machine has applied that txn. The state machine answers each
+/// txn's waiter itself, as ZooKeeper's final processor answers each request once applied, so
+/// a client's reply goes out while the rest of its batch is still being applied rather than
+/// after the whole batch.
 /// (openraft 0.9 answers a write only when its core task is free, and that task waits for the
 /// next entry's fsync first.) Not part of the replicated data: hooks never compare, encode or
 /// travel to another server; an entry read back from disk has none.

@@ -44,14 +44,8 @@ fn log_id(term: u64, index: u64) -> openraft::LogId<u64> {
     openraft::LogId::new(openraft::CommittedLeaderId::new(term, 0), index)
 }
 
-/// Opens the log at `path`, waiting for a previous handle's writer thread to let go of it.
+/// Opens the log at `path` again (every earlier handle has been dropped).
 fn reopen(path: &std::path::Path) -> LogStore {
-    for _ in 0..100 {
-        if let Ok(log) = LogStore::open(path) {
-            return log;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
     LogStore::open(path).expect("reopen log")
 }
 

@@ -61,7 +61,10 @@ pub struct Inbox {
     ready: Notify,
     /// Room left in the queue: connections wait for it (back-pressure).
     room: Semaphore,
+    /// No [`Proposer`] handle is left to queue more.
     closed: AtomicBool,
+    /// The proposer task has stopped: nothing more is taken. Set under the queue's lock.
+    stopped: AtomicBool,
 }
 
 impl Inbox {
@@ -71,6 +74,7 @@ impl Inbox {
             ready: Notify::new(),
             room: Semaphore::new(INBOX),
             closed: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         }
     }
 
@@ -81,9 +85,26 @@ impl Inbox {
     async fn push(&self, item: (Txn, Waiter)) -> Result<(), ProposeError> {
         let room = self.room.acquire().await.map_err(|_| ProposeError::Raft("proposer stopped".into()))?;
         room.forget();
-        self.queue().push_back(item);
+        {
+            let mut queue = self.queue();
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(ProposeError::Raft("proposer stopped".into()));
+            }
+            queue.push_back(item);
+        }
         self.ready.notify_one();
         Ok(())
+    }
+
+    /// The proposer task stops: fails what is queued and refuses what comes after.
+    fn stop(&self) {
+        let queued: Vec<_> = {
+            let mut queue = self.queue();
+            self.stopped.store(true, Ordering::Release);
+            queue.drain(..).collect()
+        };
+        self.room.close();
+        fail_all(queued.into_iter().map(|(_, w)| w).collect(), "proposer stopped");
     }
 
     /// Waits until a txn is queued; false once no handle can queue any more.
@@ -124,19 +145,43 @@ impl Inbox {
 }
 
 /// A batch proposed empty on the leader: the log store fills it from the inbox as openraft
-/// appends it, and then the proposer may propose the next one (`slot`). Dropped unfilled
-/// (openraft refused the write), it leaves the txns queued and frees the slot all the same.
+/// appends it, and then the proposer may propose the next one (`slot`). Dropped unfilled,
+/// openraft refused the write (this server is no longer the leader): that counts as a failed
+/// batch (see `fail_queued`) before the slot is freed, so the txns queued behind a batch in
+/// doubt are failed, not forwarded to the next leader.
 struct Unfilled {
     inbox: Arc<Inbox>,
     slot: Mutex<Option<OwnedSemaphorePermit>>,
+    failures: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Unfilled {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<OwnedSemaphorePermit>> {
+        self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl crate::txn::Fill for Unfilled {
     fn take(&self) -> (Vec<Txn>, Vec<Waiter>) {
+        let mut slot = self.slot();
+        // Filled once; a second call (never made by openraft 0.9) takes nothing.
+        if slot.is_none() {
+            return (Vec::new(), Vec::new());
+        }
         let batch = self.inbox.take_batch();
-        drop(self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        drop(slot.take());
         metrics::histogram!("warden_raft_batch_txns").record(batch.len() as f64);
         batch.into_iter().unzip()
+    }
+}
+
+impl Drop for Unfilled {
+    fn drop(&mut self) {
+        let mut slot = self.slot();
+        if slot.is_some() {
+            self.failures.fetch_add(1, Ordering::Release);
+            drop(slot.take());
+        }
     }
 }
 
@@ -208,7 +253,8 @@ async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
                 return Some((l, addr));
             }
         }
-        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+        // Timed out, or Raft stopped (its metrics sender is gone).
+        if !matches!(tokio::time::timeout_at(deadline, rx.changed()).await, Ok(Ok(()))) {
             return None;
         }
     }
@@ -246,6 +292,14 @@ fn fail_queued(inbox: &Inbox, e: &str) {
 }
 
 async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
+    /// Whatever way this task ends, the txns queued and those still coming are failed.
+    struct Stop(Arc<Inbox>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+    let _stop = Stop(inbox.clone());
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     // The one batch not yet filled (on the leader) or being forwarded (on a follower): the
     // next is proposed when it is released, so at most one empty batch waits in openraft for
@@ -273,7 +327,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
         };
         if leader_id == me {
             let (hooks, waits) = crate::txn::LocalHooks::new(Vec::new());
-            let unfilled = Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)) };
+            let unfilled = Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)), failures: failures.clone() };
             match raft.client_write_ff(TxnBatch::filled_from(Arc::new(unfilled), hooks)).await {
                 Ok(mut response) => {
                     let failures = failures.clone();
@@ -384,5 +438,88 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
                 fail_all(waiters, &e.to_string());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::Fill;
+    use crate::txn::TxnOp;
+
+    fn txn(session_id: i64) -> Txn {
+        Txn { session_id, time_ms: 0, auth: vec![], op: TxnOp::CloseSession { session_id } }
+    }
+
+    async fn queued(inbox: &Inbox, sessions: &[i64]) -> Vec<oneshot::Receiver<Outcome>> {
+        let mut waits = Vec::new();
+        for &s in sessions {
+            let (done, wait) = oneshot::channel();
+            inbox.push((txn(s), done)).await.expect("push");
+            waits.push(wait);
+        }
+        waits
+    }
+
+    fn unfilled(inbox: &Arc<Inbox>, failures: &Arc<std::sync::atomic::AtomicU64>) -> (Unfilled, Arc<Semaphore>) {
+        let writing = Arc::new(Semaphore::new(1));
+        let slot = writing.clone().try_acquire_owned().expect("slot");
+        (Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)), failures: failures.clone() }, writing)
+    }
+
+    #[tokio::test]
+    async fn a_batch_takes_the_queue_in_order_once_and_frees_the_slot() {
+        let inbox = Arc::new(Inbox::new());
+        let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let _waits = queued(&inbox, &[1, 2, 3]).await;
+        let (batch, writing) = unfilled(&inbox, &failures);
+        assert_eq!(writing.available_permits(), 0);
+        let (txns, waiters) = batch.take();
+        assert_eq!(txns.iter().map(|t| t.session_id).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(waiters.len(), 3);
+        assert_eq!(writing.available_permits(), 1, "filled: the next batch may be proposed");
+        // Whatever arrives later belongs to the next batch, not to a second fill of this one.
+        let _later = queued(&inbox, &[4]).await;
+        assert!(batch.take().0.is_empty());
+        drop(batch);
+        assert_eq!(failures.load(Ordering::Acquire), 0, "a filled batch is no failure");
+        assert_eq!(inbox.queue().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_batch_dropped_unfilled_counts_as_failed_before_freeing_the_slot() {
+        let inbox = Arc::new(Inbox::new());
+        let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let _waits = queued(&inbox, &[1, 2]).await;
+        let (batch, writing) = unfilled(&inbox, &failures);
+        drop(batch);
+        assert_eq!(failures.load(Ordering::Acquire), 1);
+        assert_eq!(writing.available_permits(), 1);
+        assert_eq!(inbox.queue().len(), 2, "the txns stay queued for the proposer to fail");
+    }
+
+    #[tokio::test]
+    async fn a_stopped_inbox_fails_what_is_queued_and_refuses_more() {
+        let inbox = Inbox::new();
+        let waits = queued(&inbox, &[1, 2]).await;
+        inbox.stop();
+        for w in waits {
+            assert!(matches!(w.await, Ok(Err(ProposeError::Raft(_)))));
+        }
+        let (done, _wait) = oneshot::channel();
+        assert!(inbox.push((txn(3), done)).await.is_err());
+        assert!(inbox.queue().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_inbox_wait_ends_when_the_last_handle_goes() {
+        let inbox = Arc::new(Inbox::new());
+        let handle = Proposer { inbox: Arc::new(Handle(inbox.clone())) };
+        let waiter = tokio::spawn({
+            let inbox = inbox.clone();
+            async move { inbox.wait().await }
+        });
+        drop(handle);
+        assert!(!waiter.await.expect("join"));
     }
 }
