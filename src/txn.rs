@@ -127,35 +127,29 @@ pub struct TxnBatch {
     /// it).
     #[serde(skip)]
     pub hooks: LocalHooks,
-    /// Where the txns come from, for a batch proposed empty and filled when the log store
-    /// appends it (not encoded; see [`TxnBatch::fill`]).
-    #[serde(skip)]
-    pub source: Source,
 }
 
 impl TxnBatch {
     /// A batch of these txns.
     pub fn new(txns: Vec<Txn>) -> TxnBatch {
-        TxnBatch { txns: std::sync::Arc::new(txns), hooks: LocalHooks::default(), source: Source::default() }
+        TxnBatch { txns: std::sync::Arc::new(txns), hooks: LocalHooks::default() }
     }
 
-    /// A batch whose txns are taken from `source` when the log store appends it, their
-    /// waiters answered through `hooks`. The leader proposes its batches this way: openraft 0.9
-    /// appends one entry per fsync, and the entry waiting for the disk takes every txn that
-    /// arrived until the moment it is written, rather than those that had arrived when the
-    /// proposer last ran.
-    pub fn filled_from(source: std::sync::Arc<dyn Fill>, hooks: LocalHooks) -> TxnBatch {
-        TxnBatch { txns: std::sync::Arc::new(Vec::new()), hooks, source: Source(Some(source)) }
+    /// A batch proposed empty, its txns taken when the log store appends it from the source
+    /// given to [`LocalHooks::filled_from`]. The leader proposes its batches this way:
+    /// openraft 0.9 appends one entry per fsync, and the entry waiting for the disk takes
+    /// every txn that arrived until the moment it is written, rather than those that had
+    /// arrived when the proposer last ran.
+    pub fn unfilled(hooks: LocalHooks) -> TxnBatch {
+        TxnBatch { txns: std::sync::Arc::new(Vec::new()), hooks }
     }
 
-    /// Takes the txns (and hands their waiters to the hooks) if this batch was proposed to be
-    /// filled; called by the log store once, as openraft appends the entry, before it is
+    /// Takes the txns (and hands their waiters to the hooks) if this batch was proposed
+    /// unfilled; called by the log store once, as openraft appends the entry, before it is
     /// stored or sent anywhere.
     pub fn fill(&mut self) {
-        if let Some(source) = self.source.0.take() {
-            let (txns, answers) = source.take();
+        if let Some(txns) = self.hooks.fill() {
             self.txns = std::sync::Arc::new(txns);
-            self.hooks.set_answers(answers);
         }
     }
 }
@@ -164,25 +158,6 @@ impl TxnBatch {
 pub trait Fill: Send + Sync {
     /// The txns of one batch, in order, with one waiter each.
     fn take(&self) -> (Vec<Txn>, Vec<Answer>);
-}
-
-/// A batch's [`Fill`] source, until the batch is filled. Local, like [`LocalHooks`]: never
-/// compared, encoded or sent.
-#[derive(Clone, Default)]
-pub struct Source(Option<std::sync::Arc<dyn Fill>>);
-
-impl PartialEq for Source {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for Source {}
-
-impl std::fmt::Debug for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Source(unfilled)" } else { "Source(none)" })
-    }
 }
 
 /// Where one txn's result goes on the server that proposed it: the waiter of the connection
@@ -214,6 +189,8 @@ struct HooksInner {
     answers: std::sync::Arc<Answers>,
     /// Dropped with the entry's last copy if the entry is applied without its hooks.
     applied: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Where an unfilled batch takes its txns from, until it does (see [`TxnBatch::fill`]).
+    source: std::sync::Mutex<Option<Box<dyn Fill>>>,
 }
 
 /// The proposer's ends of a batch's [`LocalHooks`].
@@ -234,18 +211,33 @@ impl HookWaits {
 impl LocalHooks {
     /// Hooks answering `answers` (one per txn of the batch, in order), and the ends to wait on.
     pub fn new(answers: Vec<Answer>) -> (LocalHooks, HookWaits) {
+        LocalHooks::with(answers, None)
+    }
+
+    /// Hooks of a batch proposed unfilled ([`TxnBatch::unfilled`]): its txns and their waiters
+    /// come from `source` when the batch is filled.
+    pub fn filled_from(source: Box<dyn Fill>) -> (LocalHooks, HookWaits) {
+        LocalHooks::with(Vec::new(), Some(source))
+    }
+
+    fn with(answers: Vec<Answer>, source: Option<Box<dyn Fill>>) -> (LocalHooks, HookWaits) {
         let (tx, applied) = tokio::sync::oneshot::channel();
         let answers = std::sync::Arc::new(Answers(std::sync::Mutex::new(Some(answers))));
-        let inner = HooksInner { answers: answers.clone(), applied: std::sync::Mutex::new(Some(tx)) };
+        let inner = HooksInner {
+            answers: answers.clone(),
+            applied: std::sync::Mutex::new(Some(tx)),
+            source: std::sync::Mutex::new(source),
+        };
         (LocalHooks(Some(std::sync::Arc::new(inner))), HookWaits { applied, answers })
     }
 
-    /// The waiters of a batch just filled (see [`TxnBatch::fill`]); with no hooks there is
-    /// nobody to answer them here, and dropping them tells their callers so.
-    fn set_answers(&self, answers: Vec<Answer>) {
-        if let Some(h) = &self.0 {
-            *h.answers.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answers);
-        }
+    /// Takes the txns from the source, once, keeping their waiters to answer.
+    fn fill(&self) -> Option<Vec<Txn>> {
+        let h = self.0.as_ref()?;
+        let source = h.source.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()?;
+        let (txns, answers) = source.take();
+        *h.answers.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answers);
+        Some(txns)
     }
 
     /// The state machine starts applying the entry: the waiters to answer, one per txn in

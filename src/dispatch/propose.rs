@@ -283,9 +283,7 @@ async fn leader_other_than(
 fn fail_queued(inbox: &Inbox, e: &str) {
     let queued = inbox.take_all();
     let n = queued.len();
-    for (_, w) in queued {
-        let _ = w.send(Err(ProposeError::Raft(e.to_owned())));
-    }
+    fail_all(queued.into_iter().map(|(_, w)| w).collect(), e);
     if n > 0 {
         tracing::info!(txns = n, reason = e, "queued writes failed after a failed batch");
     }
@@ -326,9 +324,9 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
             continue;
         };
         if leader_id == me {
-            let (hooks, waits) = crate::txn::LocalHooks::new(Vec::new());
             let unfilled = Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)), failures: failures.clone() };
-            match raft.client_write_ff(TxnBatch::filled_from(Arc::new(unfilled), hooks)).await {
+            let (hooks, waits) = crate::txn::LocalHooks::filled_from(Box::new(unfilled));
+            match raft.client_write_ff(TxnBatch::unfilled(hooks)).await {
                 Ok(mut response) => {
                     let failures = failures.clone();
                     tokio::spawn(async move {
