@@ -527,7 +527,8 @@ class EnsembleTarget:
     """A fresh N-member ensemble (compat-tests/ensemble.py) of one kind.
 
     clients_to="all": warden-bench gets every member's client port (its clients are spread
-    round-robin, myid order); "follower": only the lowest-myid follower's.
+    round-robin, myid order); "follower": only the lowest-myid follower's; "leader": only the
+    leader's.
     """
 
     def __init__(self, kind: str, opts: argparse.Namespace, name: str, clients_to: str):
@@ -550,13 +551,16 @@ class EnsembleTarget:
         if self.clients_to == "all":
             self._servers = self.ens.connect_string
             self.info["client_myids"] = list(range(1, self.ens.n + 1))
+        elif self.clients_to == "leader":
+            self._servers = self.ens.hostports[leader]
+            self.info["client_myids"] = [leader + 1]
         else:
             followers = self.ens.followers()
             if not followers:
                 raise RuntimeError(f"no follower serving (modes {self.ens.modes()})")
             self._servers = self.ens.hostports[followers[0]]
             self.info["client_myids"] = [followers[0] + 1]
-        self.info["client_role"] = "all members" if self.clients_to == "all" else "follower"
+        self.info["client_role"] = {"all": "all members"}.get(self.clients_to, self.clients_to)
 
     @property
     def bench_servers(self) -> str:
@@ -1090,8 +1094,9 @@ def phase_latency(opts, results):
         (w, ["--workload", w, "--clients", "1", "--inflight", "1", "--size", "100", "--duration", str(opts.duration)])
         for w in LATENCY_WORKLOADS
     ]
-    # Ensemble: the single session talks to a follower (the lowest-myid one).
-    phase_pairs(opts, results, "latency", rows, clients_to="follower")
+    # Ensemble: the single session talks to a follower (the lowest-myid one), or with
+    # --latency-client leader, to the leader.
+    phase_pairs(opts, results, "latency", rows, clients_to=opts.latency_client)
 
 
 def phase_watch(opts, results):
@@ -1318,8 +1323,10 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
     )
     if ens:
         L.append(f"- **{topo}**: throughput clients are spread round-robin over all {opts.ensemble} members "
-                 "(`warden-bench --servers` with every client port, myid order); the latency client talks to one "
-                 "follower (the lowest-myid follower once the ensemble is stable). Server CPU and RSS are the sums "
+                 "(`warden-bench --servers` with every client port, myid order); the latency client talks to "
+                 + ("the leader" if opts.latency_client == "leader" else
+                    "one follower (the lowest-myid follower once the ensemble is stable)")
+                 + ". Server CPU and RSS are the sums "
                  "over the members. The targets are the standalone ones, applied with the same ratio logic.")
     L.append(f"- Method: a fresh {'ensemble (new ports, new temp dataDirs)' if ens else 'server (new port, new temp dataDir)'} "
              f"for every {'throughput/latency' if ens else 'throughput/latency/watch'} run; "
@@ -1351,7 +1358,8 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
 
     if "latency" in results:
         L.append(f"## Latency — {topo} (1 session x 1 in flight"
-                 + (" on a follower (lowest myid)" if ens else "") + ", 100-byte values), ms")
+                 + ((" on the leader" if opts.latency_client == "leader" else " on a follower (lowest myid)")
+                    if ens else "") + ", 100-byte values), ms")
         L.append("")
         L.append("Targets: Warden/ZooKeeper p50 and p99 <= 0.5 for get, <= 0.75 for create and set.")
         L.append("")
@@ -1593,6 +1601,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="run the throughput and latency phases against N-server ensembles of each kind "
                          "(N=3; 0 = standalone). Throughput clients are spread over all members, the latency "
                          "client talks to the lowest-myid follower. Other phases are standalone-only.")
+    ap.add_argument("--latency-client", choices=["follower", "leader"], default="follower",
+                    help="with --ensemble: which member the latency phase's single session talks to (ZooKeeper "
+                         "clients usually reach a follower: the default)")
     ap.add_argument("--ensemble-start-timeout", type=float, default=180.0,
                     help="seconds to wait for a fresh ensemble to elect a leader and serve on every member")
     opts = ap.parse_args(argv)
