@@ -18,6 +18,13 @@
 //! committed index rides along with a commit at most once a second (it only shortens replay
 //! after a restart).
 //!
+//! In an ensemble that wait puts the leader's fsync before replication: openraft 0.9's
+//! `append_to_log` awaits the flush callback before the core sends the entry to anyone, so
+//! a write pays the leader's fsync and then a follower's, where ZooKeeper's leader proposes
+//! and logs at once. Committing on a writer thread and returning early does not change that
+//! (measured; see BENCHMARKS.md, tenth pass); openraft 0.10 submits the append and
+//! replicates without waiting.
+//!
 //! # Reading
 //! The tail keeps the newest entries (at least the unflushed ones), so the apply path and
 //! replication to up-to-date followers read them without touching redb or decoding; older
