@@ -21,7 +21,7 @@ port): for each workload, rounds run ZooKeeper, Warden, ZooKeeper, Warden, ...
 --ensemble 3: a fresh 3-server ensemble per throughput/latency run instead, started through
 compat-tests/ensemble.py with the standalone zoo.cfg lines and command line (plus initLimit,
 syncLimit, server.N, myid); throughput clients spread over all members, the latency client on
-the lowest-myid follower. Rows are labelled "(3-node ensemble)". Other phases: standalone only.
+the lowest-myid follower (on the leader with --latency-client leader). Rows are labelled "(3-node ensemble)". Other phases: standalone only.
 
 See bench/README.md.
 """
@@ -1600,7 +1600,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--ensemble", type=int, default=0, metavar="N",
                     help="run the throughput and latency phases against N-server ensembles of each kind "
                          "(N=3; 0 = standalone). Throughput clients are spread over all members, the latency "
-                         "client talks to the lowest-myid follower. Other phases are standalone-only.")
+                         "client talks to the lowest-myid follower (see --latency-client). Other phases are "
+                         "standalone-only.")
     ap.add_argument("--latency-client", choices=["follower", "leader"], default="follower",
                     help="with --ensemble: which member the latency phase's single session talks to (ZooKeeper "
                          "clients usually reach a follower: the default)")
