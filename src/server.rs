@@ -95,15 +95,16 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
     let id = config.server_id;
-    let raft = Raft::new(
-        id,
-        Arc::new(raft_config),
-        PeerNetworkFactory { retry: Duration::from_millis(heartbeat) },
-        log_store,
-        sm,
-    )
-    .await
-    .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let raft_rt = crate::raft::runtime::RaftRuntime::start()
+        .map_err(|e| ServerError::Raft(format!("cannot start the Raft runtime: {e}")))?;
+    let network = PeerNetworkFactory { retry: Duration::from_millis(heartbeat) };
+    let raft_config = Arc::new(raft_config);
+    // openraft spawns its tasks where `Raft::new` runs: on the Raft runtime (see its docs).
+    let raft = raft_rt
+        .run(async move { Raft::new(id, raft_config, network, log_store, sm).await })
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?
+        .map_err(|e| ServerError::Raft(e.to_string()))?;
     if !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))? {
         // Every member initialises with the same membership from the same zoo.cfg; openraft
         // makes that safe (identical first entries), so no member needs a manual step.
@@ -210,6 +211,7 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     }
     tracing::info!("stopping raft");
     let _ = raft.shutdown().await;
+    drop(raft_rt);
     tracing::info!("stopped");
     Ok(())
 }

@@ -14,7 +14,8 @@
 //! votes, truncation and purging: openraft 0.9's core waits for each of them to be durable
 //! before it goes on, so a writer thread of its own would only add two thread wake-ups per
 //! fsync (measured: ~250 µs of a ~900 µs write loop on 2 cores). On tokio's multi-thread
-//! runtime the worker first hands its other tasks to another thread (`block_in_place`). The
+//! runtime (the server's Raft runtime, see [`super::runtime`]) the worker first hands its
+//! other tasks, among them the state-machine worker, to another thread (`block_in_place`). The
 //! committed index rides along with a commit at most once a second (it only shortens replay
 //! after a restart).
 //!

@@ -1,5 +1,6 @@
 //! openraft glue: the type configuration, the redb log store, the state machine (where zxids
-//! are assigned), the network adapter, and where their files live on disk ([`layout`]).
+//! are assigned), the network adapter, where their files live on disk ([`layout`]), and the
+//! runtime openraft's tasks run on ([`runtime`]).
 //!
 //! A standalone server is a one-member group built through exactly the same path as an
 //! ensemble member, so there is one write path. This module knows nothing of client
@@ -8,6 +9,7 @@
 pub mod layout;
 pub mod log_store;
 pub mod network;
+pub mod runtime;
 pub mod state_machine;
 
 use crate::tree::DataTree;
