@@ -78,3 +78,60 @@ async fn last_log_handle_follows_appends_restart_and_purge() {
     let log = reopen(&path);
     assert_eq!(log.last_log().get().expect("read"), Some(log_id(2, 3)));
 }
+
+/// A log written by a Warden that kept its entries in redb (format 1) opens with every
+/// entry, its vote and its purge point intact, moved into segment files, and opens again as
+/// format 2 with the same contents.
+#[tokio::test]
+async fn a_format_1_log_is_moved_into_segments() {
+    use openraft::storage::RaftLogStorage;
+    use openraft::RaftLogReader;
+
+    const LOGS: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("logs");
+    const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft-log.redb");
+    let entries: Vec<openraft::Entry<TypeConfig>> =
+        (6..=40).map(|i| openraft::Entry { log_id: log_id(3, i), payload: openraft::EntryPayload::Blank }).collect();
+    let vote = openraft::Vote::new_committed(3, 1);
+    {
+        let db = redb::Database::create(&path).expect("create redb");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut logs = txn.open_table(LOGS).expect("logs");
+            for e in &entries {
+                logs.insert(e.log_id.index, postcard::to_stdvec(e).expect("encode").as_slice()).expect("insert");
+            }
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert("format", 1u32.to_be_bytes().as_slice()).expect("format");
+            meta.insert("vote", postcard::to_stdvec(&vote).expect("vote").as_slice()).expect("vote");
+            meta.insert("last_purged", postcard::to_stdvec(&log_id(3, 5)).expect("p").as_slice()).expect("p");
+        }
+        txn.commit().expect("commit");
+    }
+    for round in 0..2 {
+        let mut log = reopen(&path);
+        let state = log.get_log_state().await.expect("state");
+        assert_eq!(state.last_log_id, Some(log_id(3, 40)), "round {round}");
+        assert_eq!(state.last_purged_log_id, Some(log_id(3, 5)), "round {round}");
+        assert_eq!(log.read_vote().await.expect("vote"), Some(vote), "round {round}");
+        let read = log.try_get_log_entries(6..=40).await.expect("entries");
+        assert_eq!(
+            read.iter().map(|e| e.log_id).collect::<Vec<_>>(),
+            entries.iter().map(|e| e.log_id).collect::<Vec<_>>()
+        );
+        drop(log);
+        let db = redb::Database::open(&path).expect("open redb");
+        let txn = redb::ReadableDatabase::begin_read(&db).expect("read");
+        let logs = txn.open_table(LOGS).expect("logs");
+        assert_eq!(redb::ReadableTableMetadata::len(&logs).expect("len"), 0, "redb no longer holds entries");
+        let meta = txn.open_table(META).expect("meta");
+        let format = meta.get("format").expect("get").expect("format").value().to_vec();
+        assert_eq!(format, 2u32.to_be_bytes().to_vec());
+    }
+    assert!(std::fs::read_dir(dir.path()).expect("dir").any(|e| e
+        .expect("entry")
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".seg")));
+}

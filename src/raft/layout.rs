@@ -6,7 +6,8 @@
 //! ```text
 //! <dataDir>/myid                                  ensemble members only (read by `config`)
 //! <dataDir>/version-2/snapshot-<term>-<index>.bin  state machine snapshots (`state_machine`)
-//! <dataLogDir>/version-2/raft-log.redb            the Raft log (`log_store`)
+//! <dataLogDir>/version-2/raft-log.redb            the Raft log's vote and metadata (`log_store`)
+//! <dataLogDir>/version-2/raft-log-<seq>.seg        the Raft log's entries (`segment_log`)
 //! ```
 //!
 //! `dataLogDir` defaults to `dataDir`, and then both live in one `version-2`. Servers that
@@ -46,7 +47,7 @@ impl DataLayout {
         }
     }
 
-    /// The Raft log file.
+    /// The Raft log's redb file; its segment files live beside it.
     pub fn log_file(&self) -> PathBuf {
         self.log_dir.join(LOG_FILE)
     }

@@ -1,23 +1,30 @@
-//! The Raft log on redb.
+//! The Raft log: entries in append-only segment files ([`super::segment_log`]), vote and
+//! metadata in redb.
 //!
-//! # On-disk format (`<dataLogDir>/version-2/raft-log.redb`, see [`super::layout`])
-//! - table `logs`: `u64` log index -> postcard-encoded `openraft::Entry<TypeConfig>`.
-//! - table `meta`: `"vote"`, `"committed"`, `"last_purged"` -> postcard-encoded values, and
-//!   `"format"` -> the format version ([`FORMAT_VERSION`]).
+//! # On-disk format (`<dataLogDir>/version-2/`, see [`super::layout`])
+//! - `raft-log-<seq>.seg`: the log entries, postcard-encoded `openraft::Entry<TypeConfig>`
+//!   records keyed by log index (format: [`super::segment_log`]).
+//! - `raft-log.redb`, table `meta`: `"vote"`, `"committed"`, `"last_purged"` -> postcard-encoded
+//!   values, and `"format"` -> the format version ([`FORMAT_VERSION`]). Format 1 kept the
+//!   entries in redb too (table `logs`); opening such a log moves them into segments once
+//!   (see [`LogStore::open`]).
 //!
 //! # Writing and durability
 //! `append` puts the entries in an in-memory tail (so they are readable at once, as openraft
-//! requires), writes them in one redb write transaction committed with
-//! `Durability::Immediate` (one fsync), and only then tells openraft they are flushed. Group
-//! commit happens above this: each entry carries a whole batch of txns (see
-//! `crate::dispatch::propose`). The commit runs on the calling task's thread, as do those of
-//! votes, truncation and purging: openraft 0.9's core waits for each of them to be durable
-//! before it goes on, so a writer thread of its own would only add two thread wake-ups per
-//! fsync (measured: ~250 µs of a ~900 µs write loop on 2 cores). On tokio's multi-thread
-//! runtime (the server's Raft runtime, see [`super::runtime`]) the worker first hands its
-//! other tasks, among them the state-machine worker, to another thread (`block_in_place`). The
-//! committed index rides along with a commit at most once a second (it only shortens replay
-//! after a restart).
+//! requires), writes them to the active segment with one `pwrite` and one `fdatasync`, and
+//! only then tells openraft they are flushed. A redb commit for the same entry cost two to
+//! three times as much on this machine's disk (it flushes about seven scattered pages; see
+//! the segment log's docs). Group commit happens above this: each entry carries a whole batch
+//! of txns (see `crate::dispatch::propose`). Votes and the purge point are redb commits with
+//! `Durability::Immediate`; the purge point is durable before any segment is deleted.
+//!
+//! Every write runs on the calling task's thread: openraft 0.9's core waits for each of them
+//! to be durable before it goes on, so a writer thread of its own would only add two thread
+//! wake-ups per fsync (measured: ~250 µs of a ~900 µs write loop on 2 cores). On tokio's
+//! multi-thread runtime (the server's Raft runtime, see [`super::runtime`]) the worker first
+//! hands its other tasks, among them the state-machine worker, to another thread
+//! (`block_in_place`). The committed index is written at most once a second (it only shortens
+//! replay after a restart).
 //!
 //! In an ensemble that wait puts the leader's fsync before replication: openraft 0.9's
 //! `append_to_log` awaits the flush callback before the core sends the entry to anyone, so
@@ -28,8 +35,8 @@
 //!
 //! # Reading
 //! The tail keeps the newest entries (at least the unflushed ones), so the apply path and
-//! replication to up-to-date followers read them without touching redb or decoding; older
-//! entries are read from redb.
+//! replication to up-to-date followers read them without touching the disk or decoding; older
+//! entries are read from the segments.
 
 // openraft's StorageError is large by design; boxing it here would only move the cost.
 #![allow(clippy::result_large_err)]
@@ -57,10 +64,12 @@ use redb::TableDefinition;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::segment_log::SegmentLog;
 use super::typ::Entry;
 use super::typ::StorageError;
 use super::TypeConfig;
 
+/// Format 1 kept the entries here; read only to move them into segments.
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
@@ -72,22 +81,23 @@ pub mod names {
     pub const APPEND_ENTRIES: &str = "warden_raft_append_entries";
 }
 
-/// redb page cache for the log. The log is appended and read back only by followers far
-/// behind; 32 MiB of cache added ~35 MiB to RSS under a 1M-znode load with no write speed to
-/// show for it (warden-bench create/set A/B within noise), so it is kept small. 1 MiB against
-/// 4: 3 MiB less RSS after that load; a commit then reads back ~2 pages instead of ~1.4
-/// (from the OS page cache), no cost seen in create or set 16×8.
+/// redb page cache. redb keeps only the vote and metadata now; it is written at votes, purges
+/// and once a second for the committed index, so a small cache is plenty.
 const LOG_CACHE_BYTES: usize = 1 << 20;
 
 /// Flushed entries the tail keeps for readers (the apply path, followers close behind).
 const TAIL_KEEP: usize = 16;
 
-/// How often the committed index is written (it rides along with a commit; writing it with
-/// every one would add a table's pages to each fsync, about a tenth of its cost).
+/// How often the committed index is written (writing it with every append would add a redb
+/// commit to each write).
 const COMMITTED_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Version of the on-disk format written in `meta["format"]`.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the on-disk format written in `meta["format"]`: 1 = entries in redb's `logs`
+/// table, 2 = entries in segment files.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// Entries moved from a format-1 log per segment append.
+const MIGRATE_CHUNK: usize = 1024;
 
 fn read_err(e: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::read_logs(AnyError::new(&e)).into()
@@ -105,11 +115,11 @@ fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, StorageError> {
     postcard::from_bytes(b).map_err(read_err)
 }
 
-/// What one commit writes, in order.
+/// What one write does, in order.
 enum Command {
     /// Write these entries.
     Append(Vec<Entry>),
-    /// Record the committed log id (no fsync of its own).
+    /// Record the committed log id.
     Committed(Option<LogId<u64>>),
     /// Store the vote.
     Vote(Vec<u8>),
@@ -130,7 +140,7 @@ struct Committed {
 #[derive(Default)]
 struct Tail {
     entries: BTreeMap<u64, Entry>,
-    /// Highest index known durable in redb.
+    /// Highest index known durable on disk.
     flushed: Option<u64>,
 }
 
@@ -148,10 +158,14 @@ impl Tail {
     }
 }
 
-/// The log store. Cheap to clone: clones share the database and the tail.
+/// The log store. Cheap to clone: clones share the files and the tail.
 #[derive(Clone)]
 pub struct LogStore {
+    /// Vote and metadata.
     db: Arc<redb::Database>,
+    /// The entries. One writer (openraft's core, through this store); readers take the lock
+    /// for a read, and wait out an append's fsync when they meet one.
+    segments: Arc<Mutex<SegmentLog>>,
     tail: Arc<Mutex<Tail>>,
     committed: Arc<Mutex<Committed>>,
 }
@@ -171,6 +185,7 @@ fn read_meta<T: DeserializeOwned>(db: &redb::Database, key: &str) -> Result<Opti
 #[derive(Clone)]
 pub struct LastLog {
     db: Arc<redb::Database>,
+    segments: Arc<Mutex<SegmentLog>>,
     tail: Arc<Mutex<Tail>>,
 }
 
@@ -180,13 +195,11 @@ impl LastLog {
         if let Some(l) = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id) {
             return Ok(Some(l));
         }
-        let txn = self.db.begin_read().map_err(read_err)?;
-        let table = txn.open_table(LOGS).map_err(read_err)?;
-        let newest = match table.last().map_err(read_err)? {
-            Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
-            None => None,
-        };
-        Ok(newest)
+        let last = lock(&self.segments).last_record().map_err(read_err)?;
+        match last {
+            Some((_, bytes)) => Ok(Some(decode::<Entry>(&bytes)?.log_id)),
+            None => Ok(None),
+        }
     }
 
     /// The last log id (the last purged one when the log is empty), as openraft sees it.
@@ -198,28 +211,47 @@ impl LastLog {
     }
 }
 
-/// Why the log database could not be opened.
+/// Why the log could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     #[error("opening {path}: {source}")]
     Open { path: String, source: redb::DatabaseError },
     #[error("initialising {path}: {source}")]
     Init { path: String, source: redb::Error },
-    #[error("{path} has log format {found}, this Warden reads {FORMAT_VERSION}")]
+    #[error("{path} has log format {found}, this Warden reads {FORMAT_VERSION} (and 1)")]
     Format { path: String, found: u32 },
+    #[error("reading {path}: {reason}")]
+    Meta { path: String, reason: String },
+    #[error("log segments in {path}: {source}")]
+    Segments { path: String, source: std::io::Error },
+    #[error("moving the log of {path} into segments: {reason}")]
+    Migrate { path: String, reason: String },
 }
 
-fn lock(tail: &Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
-    // The tail holds no invariant a panicking holder could break halfway.
-    tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Neither the tail nor the segment log holds an invariant a panicking holder could break
+    // halfway: the segment log changes its in-memory state only after its I/O succeeded.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Writes one meta row durably.
+fn put_meta(db: &redb::Database, key: &str, value: &[u8]) -> Result<(), String> {
+    let txn = db.begin_write().map_err(text)?;
+    {
+        let mut meta = txn.open_table(META).map_err(text)?;
+        meta.insert(key, value).map_err(text)?;
+    }
+    txn.commit().map_err(text)
 }
 
 impl LogStore {
-    /// Opens (or creates) the log at `path`.
+    /// Opens (or creates) the log whose redb file is `path`; its segments live beside it.
+    /// A format-1 log has its entries moved into segments first: they are written and
+    /// fsynced, then one redb commit empties the `logs` table and records format 2 (a crash
+    /// before that commit starts the move again from scratch).
     pub fn open(path: &Path) -> Result<LogStore, OpenError> {
         let p = path.display().to_string();
-        // redb caches up to 1 GiB of pages by default; the log is written once and read back
-        // only by lagging followers, so a small cache keeps RSS down without costing writes.
+        let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
         let db = redb::Database::builder()
             .set_cache_size(LOG_CACHE_BYTES)
             .create(path)
@@ -241,13 +273,23 @@ impl LogStore {
             txn.commit()?;
             Ok(found)
         };
-        match init().map_err(|source| OpenError::Init { path: p.clone(), source })? {
-            Some(found) if found != FORMAT_VERSION => return Err(OpenError::Format { path: p, found }),
-            _ => {}
+        let found = init().map_err(|source| OpenError::Init { path: p.clone(), source })?;
+        match found {
+            None | Some(FORMAT_VERSION) | Some(1) => {}
+            Some(found) => return Err(OpenError::Format { path: p, found }),
+        }
+        let purged: Option<LogId<u64>> =
+            read_meta(&db, "last_purged").map_err(|e| OpenError::Meta { path: p.clone(), reason: e.to_string() })?;
+        let seg_err = |source| OpenError::Segments { path: dir.display().to_string(), source };
+        let mut segments = SegmentLog::open(&dir, purged.map(|l| l.index)).map_err(seg_err)?;
+        if found == Some(1) {
+            migrate(&db, &mut segments).map_err(|reason| OpenError::Migrate { path: p.clone(), reason })?;
+            tracing::info!(log = %p, "moved the raft log's entries from redb into segment files (format 2)");
         }
         let committed = Committed { pending: None, written: std::time::Instant::now() };
         Ok(LogStore {
             db: Arc::new(db),
+            segments: Arc::new(Mutex::new(segments)),
             tail: Arc::new(Mutex::new(Tail::default())),
             committed: Arc::new(Mutex::new(committed)),
         })
@@ -255,18 +297,18 @@ impl LogStore {
 
     /// A handle that reads the last appended log id, for pre-votes (see [`crate::failover`]).
     pub fn last_log(&self) -> LastLog {
-        LastLog { db: self.db.clone(), tail: self.tail.clone() }
+        LastLog { db: self.db.clone(), segments: self.segments.clone(), tail: self.tail.clone() }
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageError> {
         read_meta(&self.db, key)
     }
 
-    /// Writes `cmds` (and the committed index, when it is due) in one transaction and
-    /// commits it, on this thread (see the module docs).
+    /// Carries out `cmds` (and writes the committed index, when it is due), on this thread
+    /// (see the module docs).
     fn write(&self, mut cmds: Vec<Command>) -> Result<(), StorageError> {
         {
-            let mut c = self.committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut c = lock(&self.committed);
             if c.written.elapsed() >= COMMITTED_EVERY {
                 if let Some(p) = c.pending.take() {
                     cmds.push(Command::Committed(p));
@@ -280,9 +322,9 @@ impl LogStore {
         let on_runtime = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         let result = if on_runtime {
-            tokio::task::block_in_place(|| commit(&self.db, &self.tail, cmds))
+            tokio::task::block_in_place(|| commit(&self.db, &self.segments, &self.tail, cmds))
         } else {
-            commit(&self.db, &self.tail, cmds)
+            commit(&self.db, &self.segments, &self.tail, cmds)
         };
         result.map_err(|e| {
             tracing::error!(error = %e, "writing the raft log failed");
@@ -291,57 +333,73 @@ impl LogStore {
     }
 }
 
+/// Moves a format-1 log's entries from redb's `logs` table into `segments` (emptied first, in
+/// case an earlier move was cut short), then empties the table and records format 2.
+fn migrate(db: &redb::Database, segments: &mut SegmentLog) -> Result<(), String> {
+    segments.truncate(0).map_err(text)?;
+    {
+        let txn = db.begin_read().map_err(text)?;
+        let table = txn.open_table(LOGS).map_err(text)?;
+        let mut chunk: Vec<(u64, Vec<u8>)> = Vec::with_capacity(MIGRATE_CHUNK);
+        for item in table.iter().map_err(text)? {
+            let (k, v) = item.map_err(text)?;
+            chunk.push((k.value(), v.value().to_vec()));
+            if chunk.len() == MIGRATE_CHUNK {
+                segments.append(&chunk).map_err(text)?;
+                chunk.clear();
+            }
+        }
+        segments.append(&chunk).map_err(text)?;
+    }
+    let txn = db.begin_write().map_err(text)?;
+    {
+        let mut logs = txn.open_table(LOGS).map_err(text)?;
+        logs.retain(|_, _| false).map_err(text)?;
+        let mut meta = txn.open_table(META).map_err(text)?;
+        meta.insert("format", FORMAT_VERSION.to_be_bytes().as_slice()).map_err(text)?;
+    }
+    txn.commit().map_err(text)
+}
+
 /// An error as text.
 fn text(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Writes `cmds` in one transaction and commits it: with an fsync, unless all it records is
-/// the committed index. Then marks what is durable in the tail.
-fn commit(db: &redb::Database, tail: &Mutex<Tail>, cmds: Vec<Command>) -> Result<(), String> {
-    let started = std::time::Instant::now();
-    let mut appended = 0u64;
-    let result = (|| -> Result<(), String> {
-        let mut txn = db.begin_write().map_err(text)?;
-        if cmds.iter().all(|c| matches!(c, Command::Committed(_))) {
-            txn.set_durability(redb::Durability::None).map_err(text)?;
-        }
-        {
-            let mut logs = txn.open_table(LOGS).map_err(text)?;
-            let mut meta = txn.open_table(META).map_err(text)?;
-            for cmd in &cmds {
-                match cmd {
-                    Command::Append(entries) => {
-                        for entry in entries {
-                            let bytes = postcard::to_stdvec(entry).map_err(text)?;
-                            logs.insert(entry.log_id.index, bytes.as_slice()).map_err(text)?;
-                            appended += 1;
-                        }
-                    }
-                    Command::Committed(c) => {
-                        let bytes = postcard::to_stdvec(c).map_err(text)?;
-                        meta.insert("committed", bytes.as_slice()).map_err(text)?;
-                    }
-                    Command::Vote(bytes) => {
-                        meta.insert("vote", bytes.as_slice()).map_err(text)?;
-                    }
-                    Command::Truncate(index) => {
-                        logs.retain_in(*index.., |_, _| false).map_err(text)?;
-                    }
-                    Command::Purge(log_id, bytes) => {
-                        meta.insert("last_purged", bytes.as_slice()).map_err(text)?;
-                        logs.retain_in(..=log_id.index, |_, _| false).map_err(text)?;
-                    }
-                }
+/// Carries out `cmds` in order, each durable before the next, then marks what is durable in
+/// the tail.
+fn commit(
+    db: &redb::Database,
+    segments: &Mutex<SegmentLog>,
+    tail: &Mutex<Tail>,
+    cmds: Vec<Command>,
+) -> Result<(), String> {
+    for cmd in &cmds {
+        match cmd {
+            Command::Append(entries) => {
+                let started = std::time::Instant::now();
+                let records = entries
+                    .iter()
+                    .map(|e| postcard::to_stdvec(e).map(|b| (e.log_id.index, b)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(text)?;
+                lock(segments).append(&records).map_err(text)?;
+                metrics::histogram!(names::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+                metrics::histogram!(names::APPEND_ENTRIES).record(entries.len() as f64);
+            }
+            Command::Committed(c) => {
+                let bytes = postcard::to_stdvec(c).map_err(text)?;
+                put_meta(db, "committed", &bytes)?;
+            }
+            Command::Vote(bytes) => put_meta(db, "vote", bytes)?,
+            Command::Truncate(index) => lock(segments).truncate(*index).map_err(text)?,
+            Command::Purge(log_id, bytes) => {
+                // The purge point first: segments a crash leaves behind are deleted on open.
+                put_meta(db, "last_purged", bytes)?;
+                lock(segments).purge(log_id.index).map_err(text)?;
             }
         }
-        txn.commit().map_err(text)
-    })();
-    if appended > 0 {
-        metrics::histogram!(names::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
-        metrics::histogram!(names::APPEND_ENTRIES).record(appended as f64);
     }
-    result?;
     // What is durable now, in command order: appends extend it, a truncation cuts it.
     let mut t = lock(tail);
     for cmd in &cmds {
@@ -366,8 +424,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        // The tail first, then redb: an entry that leaves the tail was committed before it
-        // left, so a read transaction begun after this look sees it.
+        // The tail first, then the segments: an entry leaves the tail only once it is durable
+        // there, so a read begun after this look finds it.
         let from_tail: Vec<Entry> = lock(&self.tail).entries.range(range.clone()).map(|(_, e)| e.clone()).collect();
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
@@ -378,16 +436,16 @@ impl RaftLogReader<TypeConfig> for LogStore {
             // Contiguous from the start: the tail has the whole rest of the range.
             return Ok(from_tail);
         }
-        let tail_start = from_tail.first().map(|e| e.log_id.index);
-        let txn = self.db.begin_read().map_err(read_err)?;
-        let table = txn.open_table(LOGS).map_err(read_err)?;
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => u64::MAX,
+        };
+        // What the tail does not have, up to where its part begins.
+        let end = from_tail.first().map_or(end, |e| e.log_id.index.min(end));
         let mut out = Vec::new();
-        for item in table.range(range).map_err(read_err)? {
-            let (k, v) = item.map_err(read_err)?;
-            if tail_start.is_some_and(|t| k.value() >= t) {
-                break;
-            }
-            out.push(decode(v.value())?);
+        for (_, bytes) in lock(&self.segments).read(start, end).map_err(read_err)? {
+            out.push(decode(&bytes)?);
         }
         out.extend(from_tail);
         Ok(out)
