@@ -1,5 +1,6 @@
-//! What one durable log write costs on this machine's disk: a redb write transaction committed
-//! with `Durability::Immediate` (what Warden's Raft log does per group commit), against the
+//! What one durable log write costs on this machine's disk: Warden's segment log append (what
+//! its Raft log does per group commit since log format 2, `warden::raft::segment_log`), a redb
+//! write transaction committed with `Durability::Immediate` (what it did before), and the
 //! plain file writes an append-only log would do (ZooKeeper's transaction log: append, or
 //! overwrite of preallocated space, then fdatasync).
 //!
@@ -81,9 +82,14 @@ fn main() -> Result<()> {
             f.write_all(&value)?;
             Ok(f.sync_data()?)
         })?;
+        let seg_dir = dir.path().join(format!("segments-{size}"));
+        let mut segments = warden::raft::segment_log::SegmentLog::open(&seg_dir, None)?;
+        let segment_us = time(|i| Ok(segments.append(&[(i as u64 + 1, value.clone())])?))?;
+        drop(segments);
         println!(
-            "  {size:>5} B entry: redb commit {redb_us:.0} | redb commit + meta row {redb_meta_us:.0} | \
-             file append + fdatasync {append_us:.0} | preallocated overwrite + fdatasync {overwrite_us:.0}"
+            "  {size:>5} B entry: segment log append {segment_us:.0} | redb commit {redb_us:.0} | \
+             redb commit + meta row {redb_meta_us:.0} | file append + fdatasync {append_us:.0} | \
+             preallocated overwrite + fdatasync {overwrite_us:.0}"
         );
     }
     pages(dir.path())
