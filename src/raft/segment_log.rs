@@ -644,7 +644,7 @@ mod tests {
     #[test]
     fn open_deletes_purged_leftovers_and_refuses_a_gap() {
         let dir = tempfile::tempdir().expect("dir");
-        let mut log = small_log(dir.path(), 300);
+        let log = small_log(dir.path(), 300);
         drop(log);
         let files = segment_files(dir.path());
         let log = SegmentLog::open_with(dir.path(), Some(150), 4096).expect("reopen purged");
