@@ -261,10 +261,8 @@ impl LogStore {
             let found = {
                 let _ = txn.open_table(LOGS)?;
                 let mut meta = txn.open_table(META)?;
-                let found = meta.get("format")?.map(|v| {
-                    let b = v.value();
-                    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-                });
+                // A value of the wrong length reads as format 0, which is refused below.
+                let found = meta.get("format")?.map(|v| v.value().try_into().map_or(0, u32::from_be_bytes));
                 if found.is_none() {
                     meta.insert("format", FORMAT_VERSION.to_be_bytes().as_slice())?;
                 }
@@ -281,6 +279,10 @@ impl LogStore {
         let purged: Option<LogId<u64>> =
             read_meta(&db, "last_purged").map_err(|e| OpenError::Meta { path: p.clone(), reason: e.to_string() })?;
         let seg_err = |source| OpenError::Segments { path: dir.display().to_string(), source };
+        if found == Some(1) {
+            // Segments left by a move a crash cut short are written again from scratch.
+            SegmentLog::remove_all(&dir).map_err(seg_err)?;
+        }
         let mut segments = SegmentLog::open(&dir, purged.map(|l| l.index)).map_err(seg_err)?;
         if found == Some(1) {
             migrate(&db, &mut segments).map_err(|reason| OpenError::Migrate { path: p.clone(), reason })?;
@@ -333,10 +335,9 @@ impl LogStore {
     }
 }
 
-/// Moves a format-1 log's entries from redb's `logs` table into `segments` (emptied first, in
-/// case an earlier move was cut short), then empties the table and records format 2.
+/// Moves a format-1 log's entries from redb's `logs` table into `segments` (opened empty),
+/// then empties the table and records format 2.
 fn migrate(db: &redb::Database, segments: &mut SegmentLog) -> Result<(), String> {
-    segments.truncate(0).map_err(text)?;
     {
         let txn = db.begin_read().map_err(text)?;
         let table = txn.open_table(LOGS).map_err(text)?;
@@ -443,8 +444,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
         };
         // What the tail does not have, up to where its part begins.
         let end = from_tail.first().map_or(end, |e| e.log_id.index.min(end));
-        let mut out = Vec::new();
-        for (_, bytes) in lock(&self.segments).read(start, end).map_err(read_err)? {
+        // Read under the lock, decode after it (an append waits on it).
+        let records = lock(&self.segments).read(start, end).map_err(read_err)?;
+        let mut out = Vec::with_capacity(records.len() + from_tail.len());
+        for (_, bytes) in records {
             out.push(decode(&bytes)?);
         }
         out.extend(from_tail);
@@ -475,9 +478,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
-        // Not fsynced on its own: the committed index only shortens replay after a restart.
-        // It rides along with the next commit once a second has passed since the last time
-        // it was written, or is written now without an fsync.
+        // The committed index only shortens replay after a restart: it is written (one redb
+        // commit) at most once a second, with whichever write comes when it is due.
         self.committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pending = Some(committed);
         self.write(Vec::new())
     }

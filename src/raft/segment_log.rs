@@ -20,7 +20,8 @@
 //!
 //! ```text
 //! len: u32 LE (payload bytes, > 0) | check: u64 LE | index: u64 LE | payload
-//! check = XXH3-64(index LE ++ payload, seed = the segment's salt)
+//! check = XXH3-64(index LE ++ payload, seed = the previous record's check,
+//!                 or the segment's salt for its first record)
 //! ```
 //!
 //! The rest of a segment is zeros. A segment is written with zeros to its full size and
@@ -29,13 +30,17 @@
 //!
 //! # Recovery
 //! Opening scans every segment from the start. A segment's records end at the first zero
-//! length, short record, bad check or index that does not follow the previous one: that is
-//! where an append a crash interrupted begins, and it was never acknowledged (the append
-//! reports success only after its fdatasync). Bytes left there by a torn write cannot pass
-//! for a record: their check would have to match a salt no client ever sees, and the index
-//! must follow. A truncation zero-fills what it cuts before it returns, so records it removed
-//! cannot come back either. Segments must follow each other without a gap, except for
-//! segments wholly at or below the purge point, which are deleted.
+//! length, short record or bad check: that is where an append a crash interrupted begins, and
+//! it was never acknowledged (the append reports success only after its fdatasync). A bad
+//! check followed by a record that chains to it is damage in the middle of the log, not a
+//! torn append, and stops the open with an error; so does an index that does not follow.
+//! Whatever lies past the newest segment's last record (the rest of a torn append, or of a
+//! truncation a crash cut short) is zeroed and fsynced before the log is used. Even where
+//! such bytes survived, they could not pass for records behind a new one: each check chains
+//! to its predecessor's, and a client cannot forge one without the salt it never sees. A
+//! truncation zero-fills what it cuts before it returns. Segments must follow each other
+//! without a gap; older segments wholly at or below the purge point are deleted, and an older
+//! segment with no readable record is reported as damaged.
 //!
 //! # Lifecycle
 //! Appends go to the newest segment; when a batch would pass [`SEGMENT_BYTES`] the log rolls to
@@ -64,9 +69,10 @@ const SPARE: &str = "raft-log.spare";
 /// Zeros written at a time when preparing a segment or zero-filling a cut.
 const ZERO_CHUNK: usize = 1 << 20;
 
-/// The check of one record.
-fn check(salt: u64, index: u64, payload: &[u8]) -> u64 {
-    let mut h = Xxh3::with_seed(salt);
+/// The check of one record, chained to the one before it: `prev` is the previous record's
+/// check in the same segment, or the segment's salt for its first record.
+fn check(prev: u64, index: u64, payload: &[u8]) -> u64 {
+    let mut h = Xxh3::with_seed(prev);
     h.update(&index.to_le_bytes());
     h.update(payload);
     h.digest()
@@ -83,6 +89,21 @@ fn header_bytes(salt: u64) -> [u8; HEADER as usize] {
 
 fn corrupt(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+/// The record whose header starts at `at`, if a whole one with a non-zero length fits:
+/// (length, stored check, index, payload).
+fn record_at(bytes: &[u8], at: usize) -> Option<(usize, u64, u64, &[u8])> {
+    let head = bytes.get(at..at.checked_add(RECORD_HEADER)?)?;
+    let len = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
+    let sum = u64::from_le_bytes(head[4..12].try_into().ok()?);
+    let index = u64::from_le_bytes(head[12..20].try_into().ok()?);
+    if len == 0 {
+        return None;
+    }
+    let start = at + RECORD_HEADER;
+    let payload = bytes.get(start..start.checked_add(len)?)?;
+    Some((len, sum, index, payload))
 }
 
 fn segment_name(seq: u64) -> String {
@@ -133,8 +154,13 @@ struct Segment {
     first: u64,
     /// File offset of each record; record `i` has index `first + i`.
     offsets: Vec<u64>,
+    /// Check of each record (each one seeds the next one's).
+    checks: Vec<u64>,
     /// Offset just past the last record.
     end: u64,
+    /// Found at open: bytes other than zeros past `end`, up to this offset (a torn append,
+    /// or a truncation a crash cut short).
+    dirty_to: Option<u64>,
 }
 
 impl Segment {
@@ -158,7 +184,22 @@ impl Segment {
         if &h[..8] != MAGIC || header_bytes(salt) != h {
             return Err(corrupt(format!("{}: not a Warden log segment (bad header)", path.display())));
         }
-        Ok(Segment { seq, path, file, salt, first: 0, offsets: Vec::new(), end: HEADER })
+        Ok(Segment {
+            seq,
+            path,
+            file,
+            salt,
+            first: 0,
+            offsets: Vec::new(),
+            checks: Vec::new(),
+            end: HEADER,
+            dirty_to: None,
+        })
+    }
+
+    /// The seed of the next record's check.
+    fn chain(&self) -> u64 {
+        self.checks.last().copied().unwrap_or(self.salt)
     }
 
     /// Opens `path` and finds its records (see the module docs, Recovery).
@@ -166,26 +207,38 @@ impl Segment {
         let bytes = std::fs::read(&path)?;
         let mut seg = Segment::fresh(seq, path)?;
         let mut at = HEADER as usize;
-        while let Some(head) = bytes.get(at..at + RECORD_HEADER) {
-            let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-            let sum = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
-            let index = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
-            if len == 0 {
-                break;
-            }
-            let Some(payload) = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + len) else { break };
-            if check(seg.salt, index, payload) != sum {
+        while let Some((len, sum, index, payload)) = record_at(&bytes, at) {
+            if check(seg.chain(), index, payload) != sum {
+                // A torn append ends the log here. A damaged record in the middle does not:
+                // the record after it still chains to the check it carries.
+                let next = at + RECORD_HEADER + len;
+                if let Some((_, nsum, nindex, npayload)) = record_at(&bytes, next) {
+                    if check(sum, nindex, npayload) == nsum {
+                        return Err(corrupt(format!(
+                            "{}: record {index} at offset {at} is damaged and valid records follow it",
+                            seg.path.display()
+                        )));
+                    }
+                }
                 break;
             }
             match seg.last() {
                 None => seg.first = index,
                 Some(last) if index == last + 1 => {}
-                Some(_) => break,
+                Some(last) => {
+                    return Err(corrupt(format!(
+                        "{}: record at offset {at} has index {index} after {last}",
+                        seg.path.display()
+                    )))
+                }
             }
             seg.offsets.push(at as u64);
+            seg.checks.push(sum);
             at += RECORD_HEADER + len;
             seg.end = at as u64;
         }
+        let end = seg.end as usize;
+        seg.dirty_to = bytes.iter().rposition(|&b| b != 0).filter(|&i| i >= end).map(|i| i as u64 + 1);
         Ok(seg)
     }
 
@@ -201,14 +254,11 @@ impl Segment {
         let mut out = Vec::with_capacity(to - from);
         let mut at = 0usize;
         for pos in from..to {
+            let prev = if pos == 0 { self.salt } else { self.checks[pos - 1] };
             let bad =
                 || corrupt(format!("{}: record {} changed on disk", self.path.display(), self.first + pos as u64));
-            let head = buf.get(at..at + RECORD_HEADER).ok_or_else(bad)?;
-            let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-            let sum = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
-            let index = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
-            let payload = buf.get(at + RECORD_HEADER..at + RECORD_HEADER + len).ok_or_else(bad)?;
-            if index != self.first + pos as u64 || check(self.salt, index, payload) != sum {
+            let (len, sum, index, payload) = record_at(&buf, at).ok_or_else(bad)?;
+            if index != self.first + pos as u64 || sum != self.checks[pos] || check(prev, index, payload) != sum {
                 return Err(bad());
             }
             out.push((index, payload.to_vec()));
@@ -269,23 +319,64 @@ impl SegmentLog {
         Ok(log)
     }
 
-    /// After recovery: drops empty and purged segments that are not the newest, and checks
-    /// that the rest follow each other.
+    /// Deletes every segment file (and a spare) in `dir`, durably.
+    pub fn remove_all(dir: &Path) -> io::Result<()> {
+        let mut removed = false;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_str().is_some_and(|n| n == SPARE || parse_segment_name(n).is_some()) {
+                std::fs::remove_file(entry.path())?;
+                removed = true;
+            }
+        }
+        if removed {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// After recovery: clears what an interrupted write left past the newest segment's last
+    /// record, deletes older segments holding only purged records (an older one with no
+    /// record at all is damaged), and checks that the rest follow each other.
     fn settle(&mut self) -> io::Result<()> {
         let n = self.segments.len();
         let mut keep = Vec::with_capacity(n);
         let mut removed = false;
-        for (i, seg) in std::mem::take(&mut self.segments).into_iter().enumerate() {
+        for (i, mut seg) in std::mem::take(&mut self.segments).into_iter().enumerate() {
             let newest = i + 1 == n;
-            let gone = match seg.last() {
-                None => true,
-                Some(last) => self.purged.is_some_and(|p| last <= p),
-            };
-            if gone && !newest {
-                std::fs::remove_file(&seg.path)?;
-                removed = true;
-            } else {
+            if newest {
+                if let Some(to) = seg.dirty_to.take() {
+                    // What an interrupted append or truncation left past the last record goes,
+                    // so that no later append can end up followed by it.
+                    tracing::warn!(segment = %seg.path.display(), from = seg.end, to,
+                        "log segment: clearing the remains of an interrupted write after its last record");
+                    zero_fill(&seg.file, seg.end, to)?;
+                    seg.file.sync_data()?;
+                }
                 keep.push(seg);
+                continue;
+            }
+            match seg.last() {
+                // Only the newest segment can legitimately hold no record (rolled to, then a
+                // crash): an older one without a readable first record is damaged.
+                None => {
+                    return Err(corrupt(format!(
+                        "{}: no readable record in a segment that newer ones follow",
+                        seg.path.display()
+                    )))
+                }
+                Some(last) if self.purged.is_some_and(|p| last <= p) => {
+                    std::fs::remove_file(&seg.path)?;
+                    removed = true;
+                }
+                Some(_) => {
+                    if let Some(to) = seg.dirty_to {
+                        tracing::warn!(segment = %seg.path.display(), from = seg.end, to,
+                            "log segment: bytes past the last record of a segment that newer ones follow");
+                    }
+                    keep.push(seg);
+                }
             }
         }
         if removed {
@@ -364,15 +455,20 @@ impl SegmentLog {
         }
         let mut buf = Vec::with_capacity(bytes);
         let mut offsets = Vec::with_capacity(records.len());
+        let mut checks = Vec::with_capacity(records.len());
         let base = self.active().end;
+        let mut prev = self.active().chain();
         for (index, payload) in records {
             let len = u32::try_from(payload.len())
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "log record over 4 GiB"))?;
+            let sum = check(prev, *index, payload);
             offsets.push(base + buf.len() as u64);
+            checks.push(sum);
             buf.extend_from_slice(&len.to_le_bytes());
-            buf.extend_from_slice(&check(self.active().salt, *index, payload).to_le_bytes());
+            buf.extend_from_slice(&sum.to_le_bytes());
             buf.extend_from_slice(&index.to_le_bytes());
             buf.extend_from_slice(payload);
+            prev = sum;
         }
         let seg = self.segments.last_mut().expect("a segment log always has a segment");
         seg.file.write_all_at(&buf, base)?;
@@ -381,15 +477,18 @@ impl SegmentLog {
             seg.first = first;
         }
         seg.offsets.extend(offsets);
+        seg.checks.extend(checks);
         seg.end = base + buf.len() as u64;
         if !self.spare_ready && self.preparing.is_none() && seg.end > self.segment_bytes / 2 {
             let dir = self.dir.clone();
             let bytes = self.segment_bytes;
-            self.preparing = Some(
-                std::thread::Builder::new()
-                    .name("warden-log-spare".into())
-                    .spawn(move || prepare_spare(&dir, bytes))?,
-            );
+            // The records are durable: a spare that cannot be prepared now is prepared at the
+            // roll instead.
+            match std::thread::Builder::new().name("warden-log-spare".into()).spawn(move || prepare_spare(&dir, bytes))
+            {
+                Ok(handle) => self.preparing = Some(handle),
+                Err(e) => tracing::warn!(error = %e, "could not start preparing the next log segment"),
+            }
         }
         Ok(())
     }
@@ -415,15 +514,12 @@ impl SegmentLog {
 
     /// Removes every record at or after `from`, durably.
     pub fn truncate(&mut self, from: u64) -> io::Result<()> {
-        let mut removed = false;
-        // Newest first, so that a crash midway leaves a prefix of the log.
+        // Newest first, each unlink durable before the next, so that a crash midway leaves a
+        // prefix of the log.
         while self.segments.len() > 1 && self.active().last().is_none_or(|_| self.active().first >= from) {
-            let seg = self.segments.pop().expect("more than one segment");
-            std::fs::remove_file(&seg.path)?;
-            removed = true;
-        }
-        if removed {
+            std::fs::remove_file(&self.active().path)?;
             sync_dir(&self.dir)?;
+            self.segments.pop();
         }
         let seg = self.segments.last_mut().expect("a segment log always has a segment");
         if let Some(last) = seg.last() {
@@ -433,6 +529,7 @@ impl SegmentLog {
                 zero_fill(&seg.file, cut, seg.end)?;
                 seg.file.sync_data()?;
                 seg.offsets.truncate(pos);
+                seg.checks.truncate(pos);
                 seg.end = cut;
             }
         }
@@ -446,8 +543,8 @@ impl SegmentLog {
         self.purged = Some(self.purged.map_or(upto, |p| p.max(upto)));
         let mut removed = false;
         while self.segments.len() > 1 && self.segments[0].last().is_none_or(|l| l <= upto) {
-            let seg = self.segments.remove(0);
-            std::fs::remove_file(&seg.path)?;
+            std::fs::remove_file(&self.segments[0].path)?;
+            self.segments.remove(0);
             removed = true;
         }
         if removed {
@@ -456,15 +553,15 @@ impl SegmentLog {
         Ok(())
     }
 
+    /// Deletes every segment but the active one (all their records are purged).
     fn drop_older_than_active(&mut self) -> io::Result<()> {
         if self.segments.len() < 2 {
             return Ok(());
         }
-        let active = self.segments.pop().expect("two segments");
-        for seg in std::mem::take(&mut self.segments) {
-            std::fs::remove_file(&seg.path)?;
+        while self.segments.len() > 1 {
+            std::fs::remove_file(&self.segments[0].path)?;
+            self.segments.remove(0);
         }
-        self.segments.push(active);
         sync_dir(&self.dir)
     }
 
@@ -595,6 +692,58 @@ mod tests {
         assert_eq!(log.last_index(), Some(2));
     }
 
+    /// Records of an interrupted write that lie past the recovered end (a torn multi-record
+    /// append whose first record was lost, or a truncation cut short) never come back behind
+    /// a new record: open clears them, and where they are put back anyway, the chained check
+    /// ties each to its old predecessor, so they are refused rather than read as the log.
+    #[test]
+    fn stale_records_never_follow_a_new_one() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut log = SegmentLog::open(dir.path(), None).expect("open");
+        log.append(&recs(1..11)).expect("append");
+        log.append(&recs(11..21)).expect("one append of 11..=20");
+        let seg = log.active();
+        let (path, at11, end) = (seg.path.clone(), seg.offsets[10], seg.end);
+        drop(log);
+        let image = std::fs::read(&path).expect("read");
+        let stale = image[at11 as usize..end as usize].to_vec();
+        // The write of 11..=20 reached the disk without record 11's header.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
+        f.write_all_at(&[0u8; RECORD_HEADER], at11).expect("lose 11's header");
+        drop(f);
+        let mut log = SegmentLog::open(dir.path(), None).expect("reopen");
+        assert_eq!(log.last_index(), Some(10));
+        let image = std::fs::read(&path).expect("read");
+        assert!(image[at11 as usize..].iter().all(|&b| b == 0), "open cleared the remains");
+        // A new record 11 of the same length as the lost one, then the old 12..=20 put back
+        // where they were (as if open had not cleared them).
+        let (_, old11) = rec(11);
+        log.append(&[(11, vec![b'n'; old11.len()])]).expect("new 11");
+        drop(log);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
+        let len11 = RECORD_HEADER + old11.len();
+        f.write_all_at(&stale[len11..], at11 + len11 as u64).expect("plant the old 12..=20");
+        drop(f);
+        let err = SegmentLog::open(dir.path(), None).err().expect("the old 12..=20 are not taken");
+        assert!(err.to_string().contains("record 12") && err.to_string().contains("damaged"), "{err}");
+    }
+
+    /// A record damaged in the middle of a segment, with valid records after it, stops the
+    /// open with an error instead of silently ending the log there.
+    #[test]
+    fn a_damaged_record_in_the_middle_is_an_error() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut log = SegmentLog::open(dir.path(), None).expect("open");
+        log.append(&recs(1..11)).expect("append");
+        let (path, at5) = (log.active().path.clone(), log.active().offsets[4]);
+        drop(log);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
+        f.write_all_at(b"#", at5 + RECORD_HEADER as u64 + 1).expect("damage a payload byte");
+        drop(f);
+        let err = SegmentLog::open(dir.path(), None).err().expect("error");
+        assert!(err.to_string().contains("damaged and valid records follow"), "{err}");
+    }
+
     /// Truncated records are gone for good: not read, not back after a reopen, even where
     /// new records of the same length were written over the start of the cut.
     #[test]
@@ -657,6 +806,23 @@ mod tests {
         std::fs::remove_file(dir.path().join(&files[1])).expect("remove");
         let err = SegmentLog::open_with(dir.path(), Some(150), 4096).err().expect("a gap is an error");
         assert!(err.to_string().contains("jumps"), "{err}");
+    }
+
+    /// An older segment whose first record cannot be read is reported, not deleted as if it
+    /// were empty.
+    #[test]
+    fn an_unreadable_older_segment_is_an_error() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = small_log(dir.path(), 200);
+        let first = log.segments[0].path.clone();
+        assert!(log.segments.len() >= 3);
+        drop(log);
+        let f = std::fs::OpenOptions::new().write(true).open(&first).expect("seg");
+        f.write_all_at(&[0u8; RECORD_HEADER], HEADER).expect("damage");
+        drop(f);
+        let err = SegmentLog::open_with(dir.path(), None, 4096).err().expect("error");
+        assert!(err.to_string().contains("no readable record"), "{err}");
+        assert!(first.exists(), "the damaged segment is kept for the operator");
     }
 
     /// A segment whose header is damaged stops the open with an error naming it.
