@@ -135,3 +135,35 @@ async fn a_format_1_log_is_moved_into_segments() {
         .to_string_lossy()
         .ends_with(".seg")));
 }
+
+/// A log cut short below the index it recorded as committed (damage in the newest segment,
+/// which reads like a torn append) is refused at open instead of losing committed entries.
+#[tokio::test]
+async fn a_log_that_lost_committed_entries_is_refused() {
+    use openraft::storage::RaftLogStorage;
+    use openraft::storage::RaftLogStorageExt;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft-log.redb");
+    let mut log = LogStore::open(&path).expect("open log");
+    let entries: Vec<openraft::Entry<TypeConfig>> =
+        (1..=10).map(|i| openraft::Entry { log_id: log_id(2, i), payload: openraft::EntryPayload::Blank }).collect();
+    log.blocking_append(entries).await.expect("append");
+    // The committed index is written at most once a second.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    log.save_committed(Some(log_id(2, 10))).await.expect("committed");
+    drop(log);
+    // Intact, it opens.
+    drop(reopen(&path));
+    let seg = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .expect("a segment");
+    // Damage the first record's header: the log now reads as ending before index 1.
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).expect("segment");
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 20], 24).expect("damage");
+    drop(f);
+    let err = LogStore::open(&path).err().expect("refused");
+    assert!(err.to_string().contains("was committed"), "{err}");
+}

@@ -288,6 +288,22 @@ impl LogStore {
             migrate(&db, &mut segments).map_err(|reason| OpenError::Migrate { path: p.clone(), reason })?;
             tracing::info!(log = %p, "moved the raft log's entries from redb into segment files (format 2)");
         }
+        // A log cut short below what it recorded as committed has lost acknowledged entries
+        // (damage, not a torn append): refuse, before the first append clears the evidence.
+        let committed: Option<Option<LogId<u64>>> =
+            read_meta(&db, "committed").map_err(|e| OpenError::Meta { path: p.clone(), reason: e.to_string() })?;
+        if let Some(c) = committed.flatten() {
+            let reaches = segments.last_index().max(purged.map(|l| l.index));
+            if reaches.is_none_or(|r| r < c.index) {
+                return Err(OpenError::Segments {
+                    path: dir.display().to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("the log ends at index {reaches:?} but index {} was committed: it is damaged", c.index),
+                    ),
+                });
+            }
+        }
         let committed = Committed { pending: None, written: std::time::Instant::now() };
         Ok(LogStore {
             db: Arc::new(db),

@@ -30,12 +30,19 @@
 //!
 //! # Recovery
 //! Opening scans every segment from the start. A segment's records end at the first zero
-//! length, short record or bad check: that is where an append a crash interrupted begins, and
-//! it was never acknowledged (the append reports success only after its fdatasync). A bad
-//! check followed by a record that chains to it is damage in the middle of the log, not a
-//! torn append, and stops the open with an error; so does an index that does not follow.
-//! Whatever lies past the newest segment's last record (the rest of a torn append, or of a
-//! truncation a crash cut short) is zeroed and fsynced before the log is used. Even where
+//! length, short record or bad check. In the newest segment that is where an append a crash
+//! interrupted begins, and it was never acknowledged (the append reports success only after
+//! its fdatasync); its pages may have reached the disk in any order, so records after the bad
+//! one can still look whole. The newest segment is fsynced at open (a killed process may
+//! have written records it never fsynced, readable from the page cache). Whatever lies past
+//! its last record (the rest of a torn append, or of a truncation a crash cut short) is
+//! logged, and zeroed and fsynced before the first append. Damage to an acknowledged record
+//! of the newest segment cannot be told from a torn append and ends the log there too; the
+//! log store then refuses to start if the log no longer reaches the committed index it
+//! recorded (see `LogStore::open`).
+//! In an older segment every append was durable before the log rolled past it, so unreadable
+//! bytes after its last record are damage and stop the open with an error, as does an index
+//! that does not follow. Even where
 //! such bytes survived, they could not pass for records behind a new one: each check chains
 //! to its predecessor's, and a client cannot forge one without the salt it never sees. A
 //! truncation zero-fills what it cuts before it returns. Segments must follow each other
@@ -209,17 +216,9 @@ impl Segment {
         let mut at = HEADER as usize;
         while let Some((len, sum, index, payload)) = record_at(&bytes, at) {
             if check(seg.chain(), index, payload) != sum {
-                // A torn append ends the log here. A damaged record in the middle does not:
-                // the record after it still chains to the check it carries.
-                let next = at + RECORD_HEADER + len;
-                if let Some((_, nsum, nindex, npayload)) = record_at(&bytes, next) {
-                    if check(sum, nindex, npayload) == nsum {
-                        return Err(corrupt(format!(
-                            "{}: record {index} at offset {at} is damaged and valid records follow it",
-                            seg.path.display()
-                        )));
-                    }
-                }
+                // Where the log ends. In the newest segment that is a torn append (its pages
+                // may persist in any order, so records after the bad one can still look
+                // whole); in an older one it is damage, refused by `SegmentLog::settle`.
                 break;
             }
             match seg.last() {
@@ -343,16 +342,17 @@ impl SegmentLog {
         let n = self.segments.len();
         let mut keep = Vec::with_capacity(n);
         let mut removed = false;
-        for (i, mut seg) in std::mem::take(&mut self.segments).into_iter().enumerate() {
+        for (i, seg) in std::mem::take(&mut self.segments).into_iter().enumerate() {
             let newest = i + 1 == n;
             if newest {
-                if let Some(to) = seg.dirty_to.take() {
-                    // What an interrupted append or truncation left past the last record goes,
-                    // so that no later append can end up followed by it.
+                // Records a killed process wrote but did not fsync are readable from the page
+                // cache; they must be durable before this log reports them as its own.
+                seg.file.sync_data()?;
+                if let Some(to) = seg.dirty_to {
+                    // Cleared before the first append (see `clear_dirty_tail`), so that no new
+                    // record can end up followed by it; kept until then for the caller's checks.
                     tracing::warn!(segment = %seg.path.display(), from = seg.end, to,
-                        "log segment: clearing the remains of an interrupted write after its last record");
-                    zero_fill(&seg.file, seg.end, to)?;
-                    seg.file.sync_data()?;
+                        "log segment: the remains of an interrupted write follow its last record");
                 }
                 keep.push(seg);
                 continue;
@@ -371,9 +371,16 @@ impl SegmentLog {
                     removed = true;
                 }
                 Some(_) => {
+                    // Every append to an older segment was durable before the log rolled past
+                    // it, and truncation leaves zeros: anything past its last record is damage.
                     if let Some(to) = seg.dirty_to {
-                        tracing::warn!(segment = %seg.path.display(), from = seg.end, to,
-                            "log segment: bytes past the last record of a segment that newer ones follow");
+                        return Err(corrupt(format!(
+                            "{}: unreadable data at offsets {}..{to} after record {}, in a segment \
+                             that newer ones follow",
+                            seg.path.display(),
+                            seg.end,
+                            seg.last().map_or(0, |l| l)
+                        )));
                     }
                     keep.push(seg);
                 }
@@ -429,6 +436,7 @@ impl SegmentLog {
     /// once everything is purged) and returns after they are durable.
     pub fn append(&mut self, records: &[(u64, Vec<u8>)]) -> io::Result<()> {
         let Some(&(first, _)) = records.first() else { return Ok(()) };
+        self.clear_dirty_tail()?;
         for pair in records.windows(2) {
             if pair[1].0 != pair[0].0 + 1 {
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, "appended indexes are not consecutive"));
@@ -471,8 +479,12 @@ impl SegmentLog {
             prev = sum;
         }
         let seg = self.segments.last_mut().expect("a segment log always has a segment");
-        seg.file.write_all_at(&buf, base)?;
-        seg.file.sync_data()?;
+        if let Err(e) = seg.file.write_all_at(&buf, base).and_then(|()| seg.file.sync_data()) {
+            // Best effort: what reached the file must not stay behind as valid records past the
+            // end (the caller stops on this error; the next open clears what is left anyway).
+            let _ = zero_fill(&seg.file, base, base + buf.len() as u64);
+            return Err(e);
+        }
         if seg.offsets.is_empty() {
             seg.first = first;
         }
@@ -489,6 +501,17 @@ impl SegmentLog {
                 Ok(handle) => self.preparing = Some(handle),
                 Err(e) => tracing::warn!(error = %e, "could not start preparing the next log segment"),
             }
+        }
+        Ok(())
+    }
+
+    /// Zeroes (durably) what an interrupted write left past the newest segment's last record.
+    fn clear_dirty_tail(&mut self) -> io::Result<()> {
+        let seg = self.segments.last_mut().expect("a segment log always has a segment");
+        if let Some(to) = seg.dirty_to {
+            zero_fill(&seg.file, seg.end, to)?;
+            seg.file.sync_data()?;
+            seg.dirty_to = None;
         }
         Ok(())
     }
@@ -695,7 +718,7 @@ mod tests {
     /// Records of an interrupted write that lie past the recovered end (a torn multi-record
     /// append whose first record was lost, or a truncation cut short) never come back behind
     /// a new record: open clears them, and where they are put back anyway, the chained check
-    /// ties each to its old predecessor, so they are refused rather than read as the log.
+    /// ties each to its old predecessor, so the log ends before them.
     #[test]
     fn stale_records_never_follow_a_new_one() {
         let dir = tempfile::tempdir().expect("dir");
@@ -713,35 +736,53 @@ mod tests {
         drop(f);
         let mut log = SegmentLog::open(dir.path(), None).expect("reopen");
         assert_eq!(log.last_index(), Some(10));
-        let image = std::fs::read(&path).expect("read");
-        assert!(image[at11 as usize..].iter().all(|&b| b == 0), "open cleared the remains");
-        // A new record 11 of the same length as the lost one, then the old 12..=20 put back
-        // where they were (as if open had not cleared them).
+        // A new record 11 of the same length as the lost one: the remains after it are gone.
         let (_, old11) = rec(11);
         log.append(&[(11, vec![b'n'; old11.len()])]).expect("new 11");
-        drop(log);
-        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
         let len11 = RECORD_HEADER + old11.len();
+        let image = std::fs::read(&path).expect("read");
+        assert!(image[at11 as usize + len11..].iter().all(|&b| b == 0), "the first append cleared the remains");
+        drop(log);
+        // The old 12..=20 put back where they were, as if they had not been cleared.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
         f.write_all_at(&stale[len11..], at11 + len11 as u64).expect("plant the old 12..=20");
         drop(f);
-        let err = SegmentLog::open(dir.path(), None).err().expect("the old 12..=20 are not taken");
-        assert!(err.to_string().contains("record 12") && err.to_string().contains("damaged"), "{err}");
+        let log = SegmentLog::open(dir.path(), None).expect("reopen");
+        assert_eq!(log.last_index(), Some(11), "the old 12..=20 do not chain to the new 11");
+        assert_eq!(log.read(11, 12).expect("read"), vec![(11, vec![b'n'; old11.len()])]);
     }
 
-    /// A record damaged in the middle of a segment, with valid records after it, stops the
-    /// open with an error instead of silently ending the log there.
+    /// An append torn by a power loss with its later pages on disk and an earlier one lost
+    /// (records after the bad one look whole) ends the log before it; the server starts.
     #[test]
-    fn a_damaged_record_in_the_middle_is_an_error() {
+    fn a_torn_append_with_later_pages_persisted_opens() {
         let dir = tempfile::tempdir().expect("dir");
         let mut log = SegmentLog::open(dir.path(), None).expect("open");
-        log.append(&recs(1..11)).expect("append");
-        let (path, at5) = (log.active().path.clone(), log.active().offsets[4]);
+        log.append(&recs(1..6)).expect("append");
+        log.append(&recs(6..16)).expect("one append of 6..=15");
+        let (path, at7) = (log.active().path.clone(), log.active().offsets[6]);
         drop(log);
         let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
-        f.write_all_at(b"#", at5 + RECORD_HEADER as u64 + 1).expect("damage a payload byte");
+        f.write_all_at(b"#", at7 + RECORD_HEADER as u64 + 1).expect("lose part of record 7");
         drop(f);
-        let err = SegmentLog::open(dir.path(), None).err().expect("error");
-        assert!(err.to_string().contains("damaged and valid records follow"), "{err}");
+        let log = SegmentLog::open(dir.path(), None).expect("a torn append is no damage");
+        assert_eq!(log.last_index(), Some(6));
+    }
+
+    /// Unreadable bytes in a segment that newer ones follow stop the open with an error:
+    /// every append there was durable, so this is damage, not a torn write.
+    #[test]
+    fn damage_in_an_older_segment_is_an_error() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = small_log(dir.path(), 200);
+        let seg = &log.segments[0];
+        let (path, at) = (seg.path.clone(), seg.offsets[seg.offsets.len() / 2]);
+        drop(log);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
+        f.write_all_at(b"#", at + RECORD_HEADER as u64 + 1).expect("damage a payload byte");
+        drop(f);
+        let err = SegmentLog::open_with(dir.path(), None, 4096).err().expect("error");
+        assert!(err.to_string().contains("unreadable data"), "{err}");
     }
 
     /// Truncated records are gone for good: not read, not back after a reopen, even where
