@@ -643,6 +643,12 @@ mod tests {
         log
     }
 
+    /// Writes `bytes` into the file at `path` at offset `at`, as damage or a crash would.
+    fn overwrite(path: &Path, at: u64, bytes: &[u8]) {
+        let f = std::fs::OpenOptions::new().write(true).open(path).expect("open the segment");
+        f.write_all_at(bytes, at).expect("overwrite");
+    }
+
     fn segment_files(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
             .expect("dir")
@@ -680,12 +686,10 @@ mod tests {
         let path = log.active().path.clone();
         drop(log);
         // Half of a record: a valid header's length, then too few bytes.
-        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("open seg");
         let mut torn = Vec::new();
         torn.extend_from_slice(&100u32.to_le_bytes());
         torn.extend_from_slice(&[0xAB; 30]);
-        f.write_all_at(&torn, end).expect("tear");
-        drop(f);
+        overwrite(&path, end, &torn);
         let mut log = SegmentLog::open(dir.path(), None).expect("reopen");
         assert_eq!(log.last_index(), Some(10));
         log.append(&[rec(11)]).expect("append after tear");
@@ -710,7 +714,7 @@ mod tests {
         fake.extend_from_slice(&check(0, index, &payload).to_le_bytes());
         fake.extend_from_slice(&index.to_le_bytes());
         fake.extend_from_slice(&payload);
-        std::fs::OpenOptions::new().write(true).open(&path).expect("seg").write_all_at(&fake, end).expect("plant");
+        overwrite(&path, end, &fake);
         let log = SegmentLog::open(dir.path(), None).expect("reopen");
         assert_eq!(log.last_index(), Some(2));
     }
@@ -731,9 +735,7 @@ mod tests {
         let image = std::fs::read(&path).expect("read");
         let stale = image[at11 as usize..end as usize].to_vec();
         // The write of 11..=20 reached the disk without record 11's header.
-        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
-        f.write_all_at(&[0u8; RECORD_HEADER], at11).expect("lose 11's header");
-        drop(f);
+        overwrite(&path, at11, &[0u8; RECORD_HEADER]);
         let mut log = SegmentLog::open(dir.path(), None).expect("reopen");
         assert_eq!(log.last_index(), Some(10));
         // A new record 11 of the same length as the lost one: the remains after it are gone.
@@ -744,9 +746,7 @@ mod tests {
         assert!(image[at11 as usize + len11..].iter().all(|&b| b == 0), "the first append cleared the remains");
         drop(log);
         // The old 12..=20 put back where they were, as if they had not been cleared.
-        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
-        f.write_all_at(&stale[len11..], at11 + len11 as u64).expect("plant the old 12..=20");
-        drop(f);
+        overwrite(&path, at11 + len11 as u64, &stale[len11..]);
         let log = SegmentLog::open(dir.path(), None).expect("reopen");
         assert_eq!(log.last_index(), Some(11), "the old 12..=20 do not chain to the new 11");
         assert_eq!(log.read(11, 12).expect("read"), vec![(11, vec![b'n'; old11.len()])]);
@@ -762,9 +762,7 @@ mod tests {
         log.append(&recs(6..16)).expect("one append of 6..=15");
         let (path, at7) = (log.active().path.clone(), log.active().offsets[6]);
         drop(log);
-        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
-        f.write_all_at(b"#", at7 + RECORD_HEADER as u64 + 1).expect("lose part of record 7");
-        drop(f);
+        overwrite(&path, at7 + RECORD_HEADER as u64 + 1, b"#");
         let log = SegmentLog::open(dir.path(), None).expect("a torn append is no damage");
         assert_eq!(log.last_index(), Some(6));
     }
@@ -778,9 +776,7 @@ mod tests {
         let seg = &log.segments[0];
         let (path, at) = (seg.path.clone(), seg.offsets[seg.offsets.len() / 2]);
         drop(log);
-        let f = std::fs::OpenOptions::new().write(true).open(&path).expect("seg");
-        f.write_all_at(b"#", at + RECORD_HEADER as u64 + 1).expect("damage a payload byte");
-        drop(f);
+        overwrite(&path, at + RECORD_HEADER as u64 + 1, b"#");
         let err = SegmentLog::open_with(dir.path(), None, 4096).err().expect("error");
         assert!(err.to_string().contains("unreadable data"), "{err}");
     }
@@ -858,9 +854,7 @@ mod tests {
         let first = log.segments[0].path.clone();
         assert!(log.segments.len() >= 3);
         drop(log);
-        let f = std::fs::OpenOptions::new().write(true).open(&first).expect("seg");
-        f.write_all_at(&[0u8; RECORD_HEADER], HEADER).expect("damage");
-        drop(f);
+        overwrite(&first, HEADER, &[0u8; RECORD_HEADER]);
         let err = SegmentLog::open_with(dir.path(), None, 4096).err().expect("error");
         assert!(err.to_string().contains("no readable record"), "{err}");
         assert!(first.exists(), "the damaged segment is kept for the operator");
@@ -874,7 +868,7 @@ mod tests {
         log.append(&recs(1..3)).expect("append");
         let path = log.active().path.clone();
         drop(log);
-        std::fs::OpenOptions::new().write(true).open(&path).expect("seg").write_all_at(b"X", 3).expect("damage");
+        overwrite(&path, 3, b"X");
         let err = SegmentLog::open(dir.path(), None).err().expect("error");
         assert!(err.to_string().contains("bad header"), "{err}");
     }
