@@ -643,6 +643,17 @@ mod tests {
         log
     }
 
+    /// Writes each `(from, to)` run of records (`to` excluded) as one append to a fresh log
+    /// in `dir`, closes it, and returns its (single) segment's path, record offsets and end.
+    fn closed_log(dir: &Path, appends: &[(u64, u64)]) -> (PathBuf, Vec<u64>, u64) {
+        let mut log = SegmentLog::open(dir, None).expect("open");
+        for &(from, to) in appends {
+            log.append(&recs(from..to)).expect("append");
+        }
+        let seg = log.active();
+        (seg.path.clone(), seg.offsets.clone(), seg.end)
+    }
+
     /// Writes `bytes` into the file at `path` at offset `at`, as damage or a crash would.
     fn overwrite(path: &Path, at: u64, bytes: &[u8]) {
         let f = std::fs::OpenOptions::new().write(true).open(path).expect("open the segment");
@@ -680,11 +691,7 @@ mod tests {
     #[test]
     fn a_torn_append_ends_the_log_where_it_began() {
         let dir = tempfile::tempdir().expect("dir");
-        let mut log = SegmentLog::open(dir.path(), None).expect("open");
-        log.append(&recs(1..11)).expect("append");
-        let end = log.active().end;
-        let path = log.active().path.clone();
-        drop(log);
+        let (path, _, end) = closed_log(dir.path(), &[(1, 11)]);
         // Half of a record: a valid header's length, then too few bytes.
         let mut torn = Vec::new();
         torn.extend_from_slice(&100u32.to_le_bytes());
@@ -703,11 +710,7 @@ mod tests {
     #[test]
     fn a_record_without_the_salt_is_not_a_record() {
         let dir = tempfile::tempdir().expect("dir");
-        let mut log = SegmentLog::open(dir.path(), None).expect("open");
-        log.append(&recs(1..3)).expect("append");
-        let end = log.active().end;
-        let path = log.active().path.clone();
-        drop(log);
+        let (path, _, end) = closed_log(dir.path(), &[(1, 3)]);
         let (index, payload) = rec(3);
         let mut fake = Vec::new();
         fake.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -726,12 +729,9 @@ mod tests {
     #[test]
     fn stale_records_never_follow_a_new_one() {
         let dir = tempfile::tempdir().expect("dir");
-        let mut log = SegmentLog::open(dir.path(), None).expect("open");
-        log.append(&recs(1..11)).expect("append");
-        log.append(&recs(11..21)).expect("one append of 11..=20");
-        let seg = log.active();
-        let (path, at11, end) = (seg.path.clone(), seg.offsets[10], seg.end);
-        drop(log);
+        // 11..=20 in one append.
+        let (path, offsets, end) = closed_log(dir.path(), &[(1, 11), (11, 21)]);
+        let at11 = offsets[10];
         let image = std::fs::read(&path).expect("read");
         let stale = image[at11 as usize..end as usize].to_vec();
         // The write of 11..=20 reached the disk without record 11's header.
@@ -757,11 +757,9 @@ mod tests {
     #[test]
     fn a_torn_append_with_later_pages_persisted_opens() {
         let dir = tempfile::tempdir().expect("dir");
-        let mut log = SegmentLog::open(dir.path(), None).expect("open");
-        log.append(&recs(1..6)).expect("append");
-        log.append(&recs(6..16)).expect("one append of 6..=15");
-        let (path, at7) = (log.active().path.clone(), log.active().offsets[6]);
-        drop(log);
+        // 6..=15 in one append.
+        let (path, offsets, _) = closed_log(dir.path(), &[(1, 6), (6, 16)]);
+        let at7 = offsets[6];
         overwrite(&path, at7 + RECORD_HEADER as u64 + 1, b"#");
         let log = SegmentLog::open(dir.path(), None).expect("a torn append is no damage");
         assert_eq!(log.last_index(), Some(6));
@@ -864,10 +862,7 @@ mod tests {
     #[test]
     fn a_damaged_header_is_an_error() {
         let dir = tempfile::tempdir().expect("dir");
-        let mut log = SegmentLog::open(dir.path(), None).expect("open");
-        log.append(&recs(1..3)).expect("append");
-        let path = log.active().path.clone();
-        drop(log);
+        let (path, _, _) = closed_log(dir.path(), &[(1, 3)]);
         overwrite(&path, 3, b"X");
         let err = SegmentLog::open(dir.path(), None).err().expect("error");
         assert!(err.to_string().contains("bad header"), "{err}");
