@@ -27,6 +27,10 @@ use jute::Request;
 use jute::Response;
 
 use crate::config::Config;
+
+/// How long a read-index check keeps trying rounds that miss their quorum (see
+/// [`Dispatcher::ensure_linearizable`]); a follower's `sync` waits 5 s for the leader's answer.
+const LINEARIZABLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
 use crate::raft::state_machine::SharedTree;
 use crate::raft::Raft;
 use crate::session::SessionTracker;
@@ -268,16 +272,36 @@ impl Dispatcher {
         self.proposer.propose(txn).await
     }
 
+    /// Confirms this server's leadership with a quorum (openraft's read index). One round that
+    /// misses its quorum is not the answer: a heartbeat round gives each follower only one
+    /// heartbeat interval to reply, and a follower busy with an fsync on a slow disk misses
+    /// it. Rounds are repeated until one succeeds, this server is no longer the leader, or
+    /// [`LINEARIZABLE_PATIENCE`] has passed.
+    pub async fn ensure_linearizable(&self) -> Result<(), ProposeError> {
+        use openraft::error::CheckIsLeaderError;
+        use openraft::error::RaftError;
+        let deadline = tokio::time::Instant::now() + LINEARIZABLE_PATIENCE;
+        loop {
+            match self.raft.ensure_linearizable().await {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(error = %e, "read index round missed its quorum; trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(e) => return Err(ProposeError::Raft(e.to_string())),
+            }
+        }
+    }
+
     /// `sync`: catch up with the leader's commit point at the time of the call. The leader
     /// confirms its leadership with a quorum (openraft's read index); a follower asks the
     /// leader for that point over the peer port and waits until it has applied it.
     pub async fn sync(&self) -> Result<(), ProposeError> {
         let leader = self.raft.metrics().borrow().current_leader;
         let target = match leader {
-            Some(l) if l == self.config.server_id => {
-                self.raft.ensure_linearizable().await.map_err(|e| ProposeError::Raft(e.to_string()))?;
-                return Ok(());
-            }
+            Some(l) if l == self.config.server_id => return self.ensure_linearizable().await,
             Some(l) => {
                 let addr = self
                     .raft
@@ -567,7 +591,7 @@ impl crate::peer::PeerHandler for Dispatcher {
     fn read_index(&self) -> Boxed<Result<i64, String>> {
         let d = self.clone();
         Box::pin(async move {
-            d.raft.ensure_linearizable().await.map_err(|e| e.to_string())?;
+            d.ensure_linearizable().await.map_err(|e| e.to_string())?;
             Ok(d.last_zxid())
         })
     }
