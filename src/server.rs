@@ -219,6 +219,12 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
 /// Whether this server may serve clients: it knows a leader and, if it is the leader, a quorum
 /// acknowledged it recently, or else it heard from the leader recently. Flips `serving`, which
 /// closes client connections when false.
+///
+/// "Recently" is two leader leases (2 × `election_timeout_max`, 300 ms at tickTime 2000), but
+/// never less than one tick. A quorum's acknowledgement can wait on a follower's fsync, and on
+/// a slow disk that took longer than 300 ms now and then: the leader then dropped every client
+/// while its ensemble was whole (seen in the compat suite). ZooKeeper allows `syncLimit` ticks
+/// for the same decision; one tick keeps a cut-off member's service short.
 async fn watch_quorum(
     d: Dispatcher,
     serving: tokio::sync::watch::Sender<bool>,
@@ -232,7 +238,7 @@ async fn watch_quorum(
         return;
     }
     let mut tick = tokio::time::interval(Duration::from_millis(50));
-    let limit = d.raft.config().election_timeout_max * 2;
+    let limit = (d.raft.config().election_timeout_max * 2).max(u64::from(d.config.tick_time_ms));
     let mut last_term = 0u64;
     loop {
         tokio::select! {
