@@ -154,7 +154,17 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         let peer_listener =
             tokio::net::TcpListener::bind(bind).await.map_err(|source| ServerError::Listen { addr: bind, source })?;
         tracing::info!(%bind, "peer port listening");
-        tasks.push(tokio::spawn(crate::peer::serve(peer_listener, Arc::new(dispatcher.clone()), stop_rx.clone())));
+        // The peer port is served on the Raft runtime: an AppendEntries then reaches the core,
+        // and its answer the socket, without a wake-up of the other runtime's threads each
+        // way (see `crate::raft::runtime`).
+        let std_listener = peer_listener.into_std().map_err(|source| ServerError::Listen { addr: bind, source })?;
+        let (h, stop) = (Arc::new(dispatcher.clone()), stop_rx.clone());
+        tasks.push(raft_rt.spawn(async move {
+            match tokio::net::TcpListener::from_std(std_listener) {
+                Ok(l) => crate::peer::serve(l, h, stop).await,
+                Err(e) => tracing::error!(error = %e, "cannot serve the peer port"),
+            }
+        }));
         tasks.push(tokio::spawn(send_touches(dispatcher.clone(), stop_rx.clone())));
         tasks.push(tokio::spawn(crate::failover::run(
             raft.clone(),
