@@ -3,8 +3,8 @@
 //! client connections. So does the peer port ([`crate::peer`]): a follower's AppendEntries
 //! goes from its socket to the core and its answer back without waking a thread of the other
 //! runtime each way. A/B on 3-node ensembles, alternating, ten rounds (BENCHMARKS.md,
-//! thirteenth pass): the peer port here was ahead in 7 of 10 rounds for set 1x1 latency on a
-//! follower, and in 8 of 10 for create 1x1 and for set 16x8 throughput.
+//! thirteenth pass): with the peer port here, set and create 1x1 p50 on a follower and set
+//! 16x8 throughput were each ahead in 8 of 10 rounds (medians -16%, -15%, +21%).
 //!
 //! A write's serial chain (an fsync, then the core's turn to note it, apply the batch and
 //! append the next one) otherwise waits behind whatever connection tasks the shared workers
