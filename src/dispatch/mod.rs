@@ -27,10 +27,6 @@ use jute::Request;
 use jute::Response;
 
 use crate::config::Config;
-
-/// How long a read-index check keeps trying rounds that miss their quorum (see
-/// [`Dispatcher::ensure_linearizable`]); a follower's `sync` waits 5 s for the leader's answer.
-const LINEARIZABLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
 use crate::raft::state_machine::SharedTree;
 use crate::raft::Raft;
 use crate::session::SessionTracker;
@@ -47,6 +43,10 @@ use crate::txn::TxnResult;
 use crate::watch::Mode;
 use crate::watch::Table;
 use crate::watch::WatchManager;
+
+/// How long a read-index check keeps trying rounds that miss their quorum (see
+/// [`Dispatcher::ensure_linearizable`]); a follower's `sync` waits 5 s for the leader's answer.
+const LINEARIZABLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A reply ready to be framed: zxid, error code and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
