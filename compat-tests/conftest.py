@@ -95,6 +95,31 @@ def server_factory(request):
             _teardown(srv, label)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    harness.CLOSED_LOG_TAILS.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the log tails of the servers it may have used.
+
+    Those are the servers still open (this test's, and shared ones of its module) and the
+    ones closed since it began (an ensemble in a `with` block is gone before the report).
+    Their temp dirs, logs included, are removed at teardown, so without this a flake seen
+    only in CI could not be diagnosed.
+    """
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when not in ("setup", "call") or not rep.failed:
+        return
+    for label, tail in harness.CLOSED_LOG_TAILS:
+        rep.sections.append((f"log of {label} (closed during the test)", tail))
+    for srv in list(harness.OPEN_SERVERS.values()):
+        if srv.proc is not None:
+            rep.sections.append((f"log of {srv.label()}", srv.describe_log(harness.LOG_TAIL_LINES)))
+
+
 def pytest_report_header(config):
     kind = harness.default_kind()
     extra = f" WARDEN_BIN={harness.warden_bin()}" if kind == "warden" else ""

@@ -251,6 +251,7 @@ class Ensemble:
                     shutil.copy(m.log_path, os.path.join(keep, f"{Path(m.base_dir).name}.log"))
                 except OSError:
                     pass
+            harness.remember_log(m)
             shutil.rmtree(m.base_dir, ignore_errors=True)
         self._stopped.clear()
 

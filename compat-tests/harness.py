@@ -122,6 +122,20 @@ def _die_with_parent() -> None:
 _LIVE: dict[int, subprocess.Popen] = {}
 
 
+# Servers whose temp dir still exists, and the log tails of those removed since the
+# current test began: conftest.py attaches both to a failed test's report, so a flake
+# seen only in CI can still be read after the fact.
+OPEN_SERVERS: dict[int, "Server"] = {}
+CLOSED_LOG_TAILS: list[tuple[str, str]] = []
+LOG_TAIL_LINES = 80
+
+
+def remember_log(srv: "Server") -> None:
+    """Keep the tail of srv's log (its temp dir is about to go) for a failure report."""
+    if OPEN_SERVERS.pop(id(srv), None) is not None:
+        CLOSED_LOG_TAILS.append((srv.label(), srv.describe_log(LOG_TAIL_LINES)))
+
+
 def _kill_all_live() -> None:
     for pid, proc in list(_LIVE.items()):
         if proc.poll() is None:
@@ -181,6 +195,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self._write_config()
+        OPEN_SERVERS[id(self)] = self
 
     # -- configuration ---------------------------------------------------
     def config_lines(self) -> list[str]:
@@ -318,9 +333,14 @@ class Server:
             f"(last: {last_err}).\n{self.describe_log()}"
         )
 
+    def label(self) -> str:
+        return f"{self.kind} {self.hostport} ({self.base_dir.name})"
+
     def describe_log(self, tail: int = 60) -> str:
         try:
             with open(self.log_path, "rb") as f:
+                # The tail only: a long test's log can run to megabytes.
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 256 * 1024))
                 lines = f.read().decode("utf-8", "replace").splitlines()
         except OSError:
             return f"(no log at {self.log_path})"
@@ -364,6 +384,7 @@ class Server:
         try:
             self.kill()
         finally:
+            remember_log(self)
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def __repr__(self) -> str:
