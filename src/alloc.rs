@@ -125,17 +125,17 @@ mod tests {
                 // SAFETY: non-zero sizes; every block is freed with its layout.
                 unsafe {
                     let p = a.alloc(layout);
-                    assert!(!p.is_null() && p as usize % align == 0, "alloc {size}/{align}");
+                    assert!(!p.is_null() && (p as usize).is_multiple_of(align), "alloc {size}/{align}");
                     p.write_bytes(0xAB, size);
                     let z = a.alloc_zeroed(layout);
-                    assert!(!z.is_null() && z as usize % align == 0, "zalloc {size}/{align}");
+                    assert!(!z.is_null() && (z as usize).is_multiple_of(align), "zalloc {size}/{align}");
                     assert!(std::slice::from_raw_parts(z, size).iter().all(|&b| b == 0));
                     let grown = a.realloc(p, layout, size * 3);
-                    assert!(!grown.is_null() && grown as usize % align == 0, "grow {size}/{align}");
+                    assert!(!grown.is_null() && (grown as usize).is_multiple_of(align), "grow {size}/{align}");
                     assert_eq!(*grown.add(size - 1), 0xAB);
                     let grown_layout = Layout::from_size_align_unchecked(size * 3, align);
                     let shrunk = a.realloc(grown, grown_layout, size / 2 + 1);
-                    assert!(!shrunk.is_null() && shrunk as usize % align == 0, "shrink {size}/{align}");
+                    assert!(!shrunk.is_null() && (shrunk as usize).is_multiple_of(align), "shrink {size}/{align}");
                     assert_eq!(*shrunk, 0xAB);
                     a.dealloc(shrunk, Layout::from_size_align_unchecked(size / 2 + 1, align));
                     a.dealloc(z, layout);

@@ -1,6 +1,6 @@
 //! When a voter of an ensemble campaigns for leadership. Two rules, both on top of openraft:
 //!
-//! - **Pre-vote.** openraft 0.9 campaigns on its own timer by bumping its term, and a higher
+//! - **Pre-vote.** openraft campaigns on its own timer by bumping its term, and a higher
 //!   term deposes a live leader the moment the two next speak, even when the candidate could
 //!   never win. A member rejoining after a partition, which hears from its old followers before
 //!   the leader's next heartbeat reaches it, would do exactly that. So an ensemble turns
@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use openraft::LogId;
+use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
 use rand::Rng;
 use tokio::net::TcpStream;
@@ -32,6 +32,7 @@ use crate::peer::PeerClient;
 use crate::peer::PeerRequest;
 use crate::peer::PeerResponse;
 use crate::raft::log_store::LastLog;
+use crate::raft::LogId;
 use crate::raft::Raft;
 
 /// What a pre-vote weighs on this server: when it last received an AppendEntries (entries or
@@ -51,7 +52,7 @@ impl LeaderContact {
     }
 
     /// This server's last log id; `None` if it cannot be read.
-    fn last_log(&self) -> Option<Option<LogId<u64>>> {
+    fn last_log(&self) -> Option<Option<LogId>> {
         match self.log.get() {
             Ok(l) => Some(l),
             Err(e) => {
@@ -102,7 +103,7 @@ pub async fn run(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tok
         if at.elapsed() < heartbeat * 2 || handled == Some(at) {
             continue;
         }
-        let m = raft.metrics().borrow().clone();
+        let m = raft.metrics().borrow_watched().clone();
         let Some(leader) = m.current_leader.filter(|l| *l != me) else { continue };
         if heard != leader {
             continue;
@@ -136,7 +137,7 @@ pub async fn run(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tok
             _ = tokio::time::sleep_until(when) => {}
             _ = stop.changed() => return,
         }
-        let still = raft.metrics().borrow().current_leader == Some(leader);
+        let still = raft.metrics().borrow_watched().current_leader == Some(leader);
         if contact.last() != Some((heard, at)) || !still {
             continue;
         }
@@ -145,7 +146,7 @@ pub async fn run(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tok
             silent_ms = at.elapsed().as_millis() as u64,
             "leader's peer port refuses connections: campaigning now that its lease has run out"
         );
-        if let Err(e) = raft.trigger().elect().await {
+        if let Err(e) = raft.trigger().elect(false).await {
             tracing::warn!(error = %e, "could not start an election");
         }
     }
@@ -161,13 +162,13 @@ pub fn grant_pre_vote(
     me: u64,
     contact: &LeaderContact,
     candidate: u64,
-    candidate_log: Option<LogId<u64>>,
+    candidate_log: Option<LogId>,
 ) -> bool {
     let lease_ms = raft.config().election_timeout_max;
     let (leading, quorum_ack_ms) = {
         let m = raft.metrics();
-        let m = m.borrow();
-        (m.current_leader == Some(me), m.millis_since_quorum_ack)
+        let m = m.borrow_watched();
+        (m.current_leader == Some(me), crate::raft::millis_since_quorum_ack(&m))
     };
     let lost = if leading {
         // No acknowledgement yet: a leader elected a moment ago.
@@ -213,7 +214,7 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
         }
         let (state, current_vote, membership) = {
             let m = raft.metrics();
-            let m = m.borrow();
+            let m = m.borrow_watched();
             (m.state, m.vote, m.membership_config.membership().clone())
         };
         if vote != Some(current_vote) {
@@ -279,12 +280,14 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
             continue;
         }
         // While the answers came in, a leader may have been elected or heard from.
-        if raft.metrics().borrow().vote != current_vote || contact.last().is_some_and(|(_, at)| at > asked_since) {
+        if raft.metrics().borrow_watched().vote != current_vote
+            || contact.last().is_some_and(|(_, at)| at > asked_since)
+        {
             tracing::debug!(granted, "pre-vote won, but a leader showed up meanwhile: not campaigning");
             continue;
         }
         tracing::info!(granted, voters = voters.len(), silent_ms, "no leader heard; pre-vote won: campaigning");
-        if let Err(e) = raft.trigger().elect().await {
+        if let Err(e) = raft.trigger().elect(false).await {
             // Fatal: Raft has stopped, and there is nothing left to elect.
             tracing::warn!(error = %e, "could not start an election; Raft has stopped");
             return;

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::sync::RwLock;
 use std::time::Duration;
 
+use openraft::async_runtime::WatchReceiver;
+
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::raft::log_store::LogStore;
@@ -64,6 +66,13 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     let layout = crate::raft::layout::DataLayout::new(&config.data_dir, &config.data_log_dir);
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
     let log_store = LogStore::open(&layout.log_file())?;
+    let log_store = if config.servers.is_empty() {
+        log_store
+    } else {
+        log_store
+            .with_writer(config.server_id)
+            .map_err(|e| ServerError::Raft(format!("cannot start the log writer thread: {e}")))?
+    };
     let leader_contact = Arc::new(crate::failover::LeaderContact::new(log_store.last_log()));
     let (applied, _) = tokio::sync::watch::channel(0i64);
     let shared =
@@ -90,6 +99,9 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         max_in_snapshot_log_to_keep: 1000,
         // An ensemble's voters campaign only after a pre-vote (`failover::campaign`).
         enable_elect: standalone,
+        // Replication reads an entry as soon as the log store has it in memory, not only after
+        // the leader's own fsync (see `LogStore::with_writer`).
+        broadcast_submitted_on_append: Some(true),
         ..Default::default()
     }
     .validate()
@@ -209,8 +221,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     for task in tasks {
         let _ = task.await;
     }
-    if !standalone && raft.metrics().borrow().current_leader == Some(id) {
-        // openraft 0.9 has no leadership transfer, and voters refuse any candidate until the
+    if !standalone && raft.metrics().borrow_watched().current_leader == Some(id) {
+        // Warden does not use openraft's leadership transfer, and voters refuse any candidate until the
         // leader lease has passed since our last heartbeat. Stopping Raft with the peer port
         // already closed is the hand-over signal: the lowest-numbered live voter sees the
         // refusal and campaigns the moment the lease runs out (see `failover`).
@@ -255,7 +267,7 @@ async fn watch_quorum(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let m = d.raft.metrics().borrow().clone();
+        let m = d.raft.metrics().borrow_watched().clone();
         if m.current_term > last_term {
             // Each new term is an election this server took part in or learned of.
             metrics::counter!("warden_raft_elections").increment(m.current_term - last_term);
@@ -277,7 +289,7 @@ async fn watch_quorum(
         }
         let ok = match m.current_leader {
             None => false,
-            Some(l) if l == d.config.server_id => m.millis_since_quorum_ack.is_some_and(|ms| ms < limit),
+            Some(l) if l == d.config.server_id => crate::raft::millis_since_quorum_ack(&m).is_some_and(|ms| ms < limit),
             // A follower serves while its leader is heard from: it does not campaign (so never
             // forgets the leader) until a majority has lost the leader too.
             Some(l) => d
@@ -334,7 +346,7 @@ async fn send_touches(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<bool
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let m = d.raft.metrics().borrow().clone();
+        let m = d.raft.metrics().borrow_watched().clone();
         let Some(leader) = m.current_leader.filter(|l| *l != d.config.server_id) else { continue };
         let touched = d.sessions.take_touched();
         if touched.is_empty() {
@@ -382,7 +394,7 @@ async fn expire_sessions(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let leader_now = d.raft.metrics().borrow().current_leader == Some(d.config.server_id);
+        let leader_now = d.raft.metrics().borrow_watched().current_leader == Some(d.config.server_id);
         if !leader_now {
             was_leader = false;
             continue;
@@ -424,7 +436,7 @@ async fn reap_containers(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        if d.raft.metrics().borrow().current_leader != Some(d.config.server_id) {
+        if d.raft.metrics().borrow_watched().current_leader != Some(d.config.server_id) {
             continue;
         }
         let now = now_ms();

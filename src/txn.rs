@@ -129,6 +129,12 @@ pub struct TxnBatch {
     pub hooks: LocalHooks,
 }
 
+impl std::fmt::Display for TxnBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} txns", self.txns.len())
+    }
+}
+
 impl TxnBatch {
     /// A batch of these txns.
     pub fn new(txns: Vec<Txn>) -> TxnBatch {
@@ -136,10 +142,9 @@ impl TxnBatch {
     }
 
     /// A batch proposed empty, its txns taken when the log store appends it from the source
-    /// given to [`LocalHooks::filled_from`]. The leader proposes its batches this way:
-    /// openraft 0.9 appends one entry per fsync, and the entry waiting for the disk takes
-    /// every txn that arrived until the moment it is written, rather than those that had
-    /// arrived when the proposer last ran.
+    /// given to [`LocalHooks::filled_from`]. The leader proposes its batches this way: the
+    /// entry takes every txn that arrived until the moment openraft appends it, rather than
+    /// those that had arrived when the proposer last ran.
     pub fn unfilled(hooks: LocalHooks) -> TxnBatch {
         TxnBatch { txns: std::sync::Arc::new(Vec::new()), hooks }
     }
@@ -169,8 +174,7 @@ pub type Answer = tokio::sync::oneshot::Sender<Result<TxnResult, crate::dispatch
 /// txn's waiter itself, as ZooKeeper's final processor answers each request once applied, so
 /// a client's reply goes out while the rest of its batch is still being applied rather than
 /// after the whole batch.
-/// (openraft 0.9 answers a write only when its core task is free, and that task waits for the
-/// next entry's fsync first.) Not part of the replicated data: hooks never compare, encode or
+/// Not part of the replicated data: hooks never compare, encode or
 /// travel to another server; an entry read back from disk has none.
 #[derive(Clone, Default)]
 pub struct LocalHooks(Option<std::sync::Arc<HooksInner>>);

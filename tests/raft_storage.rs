@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::sync::RwLock;
 
-use openraft::testing::StoreBuilder;
-use openraft::testing::Suite;
+use openraft::testing::log::StoreBuilder;
+use openraft::testing::log::Suite;
 use openraft::StorageError;
 use warden::raft::log_store::LogStore;
 use warden::raft::state_machine::ApplyHook;
@@ -24,7 +24,7 @@ impl ApplyHook for NoHook {
 struct Builder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = LogStore::open(&dir.path().join("raft-log.redb")).expect("open log");
         let (applied, _) = tokio::sync::watch::channel(0);
@@ -35,13 +35,13 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
     }
 }
 
-#[test]
-fn log_store_and_state_machine_pass_openraft_suite() {
-    Suite::test_all(Builder).expect("openraft storage suite");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_store_and_state_machine_pass_openraft_suite() {
+    Suite::test_all(Builder).await.expect("openraft storage suite");
 }
 
-fn log_id(term: u64, index: u64) -> openraft::LogId<u64> {
-    openraft::LogId::new(openraft::CommittedLeaderId::new(term, 0), index)
+fn log_id(term: u64, index: u64) -> warden::raft::LogId {
+    openraft::LogId::new(warden::raft::LeaderId { term, node_id: 0 }, index)
 }
 
 /// Opens the log at `path` again (every earlier handle has been dropped).
@@ -61,7 +61,7 @@ async fn last_log_handle_follows_appends_restart_and_purge() {
     let path = dir.path().join("raft-log.redb");
     let mut log = LogStore::open(&path).expect("open log");
     assert_eq!(log.last_log().get().expect("read"), None);
-    let entries: Vec<openraft::Entry<TypeConfig>> =
+    let entries: Vec<warden::raft::typ::Entry> =
         (1..=3).map(|i| openraft::Entry { log_id: log_id(2, i), payload: openraft::EntryPayload::Blank }).collect();
     log.blocking_append(entries).await.expect("append");
     assert_eq!(log.last_log().get().expect("read"), Some(log_id(2, 3)));
@@ -91,9 +91,9 @@ async fn a_format_1_log_is_moved_into_segments() {
     const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("raft-log.redb");
-    let entries: Vec<openraft::Entry<TypeConfig>> =
+    let entries: Vec<warden::raft::typ::Entry> =
         (6..=40).map(|i| openraft::Entry { log_id: log_id(3, i), payload: openraft::EntryPayload::Blank }).collect();
-    let vote = openraft::Vote::new_committed(3, 1);
+    let vote = warden::raft::Vote::new_committed(3, 1);
     {
         let db = redb::Database::create(&path).expect("create redb");
         let txn = db.begin_write().expect("write");
@@ -114,7 +114,7 @@ async fn a_format_1_log_is_moved_into_segments() {
         let state = log.get_log_state().await.expect("state");
         assert_eq!(state.last_log_id, Some(log_id(3, 40)), "round {round}");
         assert_eq!(state.last_purged_log_id, Some(log_id(3, 5)), "round {round}");
-        assert_eq!(log.read_vote().await.expect("vote"), Some(vote), "round {round}");
+        assert_eq!(log.get_log_reader().await.read_vote().await.expect("vote"), Some(vote), "round {round}");
         let read = log.try_get_log_entries(6..=40).await.expect("entries");
         assert_eq!(
             read.iter().map(|e| e.log_id).collect::<Vec<_>>(),
@@ -146,7 +146,7 @@ async fn a_log_that_lost_committed_entries_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("raft-log.redb");
     let mut log = LogStore::open(&path).expect("open log");
-    let entries: Vec<openraft::Entry<TypeConfig>> =
+    let entries: Vec<warden::raft::typ::Entry> =
         (1..=10).map(|i| openraft::Entry { log_id: log_id(2, i), payload: openraft::EntryPayload::Blank }).collect();
     log.blocking_append(entries).await.expect("append");
     // The committed index is written at most once a second.

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
+use openraft::async_runtime::WatchReceiver;
+
 use crate::dispatch::Dispatcher;
 use crate::tree::DataTree;
 
@@ -65,7 +67,7 @@ pub fn mode(d: &Dispatcher) -> &'static str {
     if d.config.servers.is_empty() {
         return "standalone";
     }
-    let m = d.raft.metrics().borrow().clone();
+    let m = d.raft.metrics().borrow_watched().clone();
     if m.current_leader == Some(d.config.server_id) {
         "leader"
     } else if d.config.servers.get(&d.config.server_id).is_some_and(|s| s.observer) {
@@ -133,7 +135,7 @@ pub fn monitor(d: &Dispatcher) -> Vec<(String, String)> {
         let tree = d.shared.read();
         (tree.node_count() + 1, tree.ephemeral_count(), tree.data_size(), tree.sessions().count())
     };
-    let m = d.raft.metrics().borrow().clone();
+    let m = d.raft.metrics().borrow_watched().clone();
     let mut v: Vec<(String, String)> = vec![
         ("zk_version".into(), full_version()),
         ("zk_server_state".into(), mode(d).into()),

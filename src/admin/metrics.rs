@@ -9,6 +9,7 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use metrics_exporter_prometheus::PrometheusHandle;
+use openraft::async_runtime::WatchReceiver;
 
 use crate::dispatch::Dispatcher;
 
@@ -50,7 +51,7 @@ pub fn refresh(d: &Dispatcher) {
             metrics::gauge!(name.to_owned()).set(v);
         }
     }
-    let m = d.raft.metrics().borrow().clone();
+    let m = d.raft.metrics().borrow_watched().clone();
     metrics::gauge!("warden_raft_term").set(m.current_term as f64);
     metrics::gauge!("warden_raft_leader_id").set(m.current_leader.map_or(-1.0, |l| l as f64));
     metrics::gauge!("warden_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);

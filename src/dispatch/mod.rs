@@ -25,6 +25,7 @@ use jute::MultiResult;
 use jute::OpCode;
 use jute::Request;
 use jute::Response;
+use openraft::async_runtime::WatchReceiver;
 
 use crate::config::Config;
 use crate::raft::state_machine::SharedTree;
@@ -278,13 +279,13 @@ impl Dispatcher {
     /// it. Rounds are repeated until one succeeds, this server is no longer the leader, or
     /// [`LINEARIZABLE_PATIENCE`] has passed.
     pub async fn ensure_linearizable(&self) -> Result<(), ProposeError> {
-        use openraft::error::CheckIsLeaderError;
+        use openraft::error::LinearizableReadError;
         use openraft::error::RaftError;
         let deadline = tokio::time::Instant::now() + LINEARIZABLE_PATIENCE;
         loop {
-            match self.raft.ensure_linearizable().await {
+            match self.raft.ensure_linearizable(openraft::raft::ReadPolicy::ReadIndex).await {
                 Ok(_) => return Ok(()),
-                Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))
+                Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(e)))
                     if tokio::time::Instant::now() < deadline =>
                 {
                     tracing::debug!(error = %e, "read index round missed its quorum; trying again");
@@ -299,14 +300,14 @@ impl Dispatcher {
     /// confirms its leadership with a quorum (openraft's read index); a follower asks the
     /// leader for that point over the peer port and waits until it has applied it.
     pub async fn sync(&self) -> Result<(), ProposeError> {
-        let leader = self.raft.metrics().borrow().current_leader;
+        let leader = self.raft.metrics().borrow_watched().current_leader;
         let target = match leader {
             Some(l) if l == self.config.server_id => return self.ensure_linearizable().await,
             Some(l) => {
                 let addr = self
                     .raft
                     .metrics()
-                    .borrow()
+                    .borrow_watched()
                     .membership_config
                     .membership()
                     .get_node(&l)
@@ -552,11 +553,15 @@ impl crate::peer::PeerHandler for Dispatcher {
         &self.raft
     }
 
+    fn snapshot_dir(&self) -> std::path::PathBuf {
+        crate::raft::layout::DataLayout::new(&self.config.data_dir, &self.config.data_log_dir).snap_dir
+    }
+
     fn heard_from_leader(&self, leader: u64) {
         self.leader_contact.heard(leader);
     }
 
-    fn pre_vote(&self, candidate: u64, last_log: Option<openraft::LogId<u64>>) -> bool {
+    fn pre_vote(&self, candidate: u64, last_log: Option<crate::raft::LogId>) -> bool {
         crate::failover::grant_pre_vote(&self.raft, self.config.server_id, &self.leader_contact, candidate, last_log)
     }
 

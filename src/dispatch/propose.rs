@@ -3,11 +3,12 @@
 //! Txns from every connection (and batches forwarded by followers) queue in one bounded
 //! [`Inbox`]; a single task turns it into batches. On the leader each batch becomes one Raft
 //! log entry, proposed empty and filled from the inbox by the log store at the moment openraft
-//! appends it ([`TxnBatch::fill`]): openraft 0.9 appends one entry per fsync, so the entry
-//! waiting behind the disk takes every txn that arrived until the previous fsync ended and
-//! openraft got to it, with no trip back through this task in between. One redb commit (one
-//! fsync) therefore carries as many txns as arrived while the previous batch was being
-//! written; at most [`MAX_IN_FLIGHT`] batches are in openraft at once. On a follower the batch
+//! appends it ([`TxnBatch::fill`]), with no trip back through this task in between: the
+//! entry takes every txn that arrived until openraft got to it. A standalone server writes
+//! each entry before openraft appends the next, so one fsync carries as many txns as arrived
+//! while the previous one was being written; an ensemble leader's log writer thread joins
+//! the entries queued behind an fsync into the next one (see `LogStore::with_writer`). At
+//! most [`MAX_IN_FLIGHT`] batches are in openraft at once. On a follower the batch
 //! is forwarded to the leader over the peer port, and the answer is released only after this
 //! server has applied the entry itself, so the client's next read here sees its write and its
 //! watch events are queued first. Batches leave in inbox order, so a session's writes enter
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use openraft::async_runtime::WatchReceiver;
 use tokio::sync::oneshot;
 use tokio::sync::Notify;
 use tokio::sync::OwnedSemaphorePermit;
@@ -164,7 +166,7 @@ impl Unfilled {
 impl crate::txn::Fill for Unfilled {
     fn take(&self) -> (Vec<Txn>, Vec<Waiter>) {
         let mut slot = self.slot();
-        // Filled once; a second call (never made by openraft 0.9) takes nothing.
+        // Filled once; a second call (openraft makes none) takes nothing.
         if slot.is_none() {
             return (Vec::new(), Vec::new());
         }
@@ -247,7 +249,7 @@ async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         {
-            let m = rx.borrow();
+            let m = rx.borrow_watched();
             if let Some(l) = m.current_leader {
                 let addr = m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()).unwrap_or_default();
                 return Some((l, addr));
@@ -262,7 +264,10 @@ async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
 
 /// Resolves once Raft names a leader other than `leader_id` (never, if Raft stops).
 async fn leader_other_than(
-    metrics: &mut tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, openraft::BasicNode>>,
+    metrics: &mut openraft::alias::WatchReceiverOf<
+        crate::raft::TypeConfig,
+        openraft::RaftMetrics<crate::raft::TypeConfig>,
+    >,
     leader_id: u64,
 ) {
     loop {
@@ -326,8 +331,9 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
         if leader_id == me {
             let unfilled = Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)), failures: failures.clone() };
             let (hooks, waits) = crate::txn::LocalHooks::filled_from(Box::new(unfilled));
-            match raft.client_write_ff(TxnBatch::unfilled(hooks)).await {
-                Ok(mut response) => {
+            let (responder, mut response) = openraft::impls::ProgressResponder::complete_only();
+            match raft.client_write_ff(TxnBatch::unfilled(hooks), Some(responder)).await {
+                Ok(()) => {
                     let failures = failures.clone();
                     tokio::spawn(async move {
                         // The state machine answers each txn as it applies it (see

@@ -19,12 +19,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::SinkExt;
 use futures::StreamExt;
-use openraft::error::InstallSnapshotError;
 use openraft::error::RaftError;
 use openraft::raft::AppendEntriesRequest;
 use openraft::raft::AppendEntriesResponse;
-use openraft::raft::InstallSnapshotRequest;
-use openraft::raft::InstallSnapshotResponse;
+use openraft::raft::SnapshotResponse;
 use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
 use serde::Deserialize;
@@ -42,7 +40,7 @@ use crate::txn::TxnBatch;
 use crate::txn::TxnResult;
 
 /// Bumped on any incompatible change to the messages.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Largest peer frame (snapshot chunks and batches are far smaller).
 const MAX_FRAME: usize = 256 << 20;
 
@@ -50,8 +48,15 @@ const MAX_FRAME: usize = 256 << 20;
 #[derive(Debug, Serialize, Deserialize)]
 pub enum PeerRequest {
     AppendEntries(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<u64>),
-    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    Vote(VoteRequest<TypeConfig>),
+    /// A piece of the leader's snapshot file, in order from offset 0; `done` marks the last.
+    SnapshotChunk {
+        vote: crate::raft::Vote,
+        meta: crate::raft::SnapshotMeta,
+        offset: u64,
+        data: serde_bytes::ByteBuf,
+        done: bool,
+    },
     /// A follower's batch of client writes, for the leader to commit.
     Forward(TxnBatch),
     /// Asks the leader for a linearizable read point: its last applied zxid after confirming
@@ -64,16 +69,17 @@ pub enum PeerRequest {
     /// the receiver.
     PreVote {
         candidate: u64,
-        last_log: Option<openraft::LogId<u64>>,
+        last_log: Option<crate::raft::LogId>,
     },
 }
 
 /// The answer to a [`PeerRequest`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum PeerResponse {
-    AppendEntries(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
-    Vote(Result<VoteResponse<u64>, RaftError<u64>>),
-    InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    AppendEntries(Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>),
+    Vote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
+    /// `None` after a chunk, the installing server's answer after the last one.
+    SnapshotChunk(Result<Option<SnapshotResponse<TypeConfig>>, String>),
     Forward(Result<Vec<TxnResult>, String>),
     ReadIndex(Result<i64, String>),
     Touch,
@@ -219,6 +225,8 @@ async fn client_connection(addr: String, stream: TcpStream, mut rx: mpsc::Receiv
 pub trait PeerHandler: Send + Sync + 'static {
     /// Raft RPCs.
     fn raft(&self) -> &crate::raft::Raft;
+    /// Where snapshots from the leader are received.
+    fn snapshot_dir(&self) -> std::path::PathBuf;
     /// Queues a forwarded batch for proposal (the outer future: returns once queued, so
     /// batches keep their arrival order) and returns a future for the results.
     #[allow(clippy::type_complexity)]
@@ -234,7 +242,7 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn heard_from_leader(&self, _leader: u64) {}
     /// Whether this server would support `candidate`, whose last log id is `last_log`,
     /// campaigning for leadership now.
-    fn pre_vote(&self, candidate: u64, last_log: Option<openraft::LogId<u64>>) -> bool;
+    fn pre_vote(&self, candidate: u64, last_log: Option<crate::raft::LogId>) -> bool;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -264,13 +272,12 @@ pub async fn serve<H: PeerHandler>(
 
 /// Records contact from a leader whose vote is at least ours: a deposed leader that has not
 /// yet learnt of its successor does not count.
-fn heard<H: PeerHandler>(h: &H, vote: &openraft::Vote<u64>) {
+fn heard<H: PeerHandler>(h: &H, vote: &crate::raft::Vote) {
     // Terms, not votes: `Vote`'s comparison panics on two committed votes of one term.
-    let current = h.raft().metrics().borrow().current_term;
-    if vote.leader_id().get_term() >= current {
-        if let Some(leader) = vote.leader_id().voted_for() {
-            h.heard_from_leader(leader);
-        }
+    use openraft::async_runtime::WatchReceiver;
+    let current = h.raft().metrics().borrow_watched().current_term;
+    if vote.leader_id.term >= current {
+        h.heard_from_leader(vote.leader_id.node_id);
     }
 }
 
@@ -287,6 +294,8 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
             }
         }
     });
+    // The snapshot being received on this connection: its file and the next offset.
+    let mut receiving: Option<(tokio::fs::File, u64)> = None;
     while let Some(frame) = reader.next().await {
         let frame = frame.map_err(|e| PeerError::Codec(e.to_string()))?;
         let env: Envelope<PeerRequest> = postcard::from_bytes(&frame).map_err(|e| PeerError::Codec(e.to_string()))?;
@@ -329,16 +338,51 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
                     let _ = out.send((id, PeerResponse::Vote(raft.vote(rpc).await))).await;
                 });
             }
-            PeerRequest::InstallSnapshot(rpc) => {
-                heard(&*h, &rpc.vote);
-                let raft = h.raft().clone();
-                tokio::spawn(async move {
-                    let _ = out.send((id, PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await))).await;
-                });
+            // In order, on this task: chunks of one snapshot arrive on one connection.
+            PeerRequest::SnapshotChunk { vote, meta, offset, data, done } => {
+                heard(&*h, &vote);
+                let r = receive_chunk(&*h, &mut receiving, vote, meta, offset, &data, done).await;
+                let _ = out.send((id, PeerResponse::SnapshotChunk(r))).await;
             }
         }
     }
     drop(out_tx);
     let _ = writer_task.await;
     Ok(())
+}
+
+/// Writes one snapshot chunk into the file it is received into (made at offset 0); after the
+/// last one, hands the whole snapshot to Raft to install.
+async fn receive_chunk<H: PeerHandler>(
+    h: &H,
+    receiving: &mut Option<(tokio::fs::File, u64)>,
+    vote: crate::raft::Vote,
+    meta: crate::raft::SnapshotMeta,
+    offset: u64,
+    data: &[u8],
+    done: bool,
+) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
+    use tokio::io::AsyncWriteExt;
+    if offset == 0 {
+        let file = crate::raft::state_machine::StateMachine::begin_receiving_snapshot(&h.snapshot_dir())
+            .map_err(|e| e.to_string())?;
+        *receiving = Some((file, 0));
+    }
+    let expected = receiving.as_ref().map(|(_, next)| *next);
+    if expected != Some(offset) {
+        *receiving = None;
+        return Err(format!("snapshot chunk at offset {offset}, expected {expected:?}"));
+    }
+    let Some((file, next)) = receiving.as_mut() else {
+        return Err(format!("snapshot chunk at offset {offset} without its start"));
+    };
+    file.write_all(data).await.map_err(|e| e.to_string())?;
+    *next += data.len() as u64;
+    if !done {
+        return Ok(None);
+    }
+    let Some((mut file, _)) = receiving.take() else { return Err("no snapshot being received".into()) };
+    file.flush().await.map_err(|e| e.to_string())?;
+    let snapshot = crate::raft::Snapshot { meta, snapshot: file };
+    h.raft().install_full_snapshot(vote, snapshot).await.map(Some).map_err(|e| e.to_string())
 }

@@ -18,28 +18,30 @@
 //! of txns (see `crate::dispatch::propose`). Votes and the purge point are redb commits with
 //! `Durability::Immediate`; the purge point is durable before any segment is deleted.
 //!
-//! Every write runs on the calling task's thread: openraft 0.9's core waits for each of them
-//! to be durable before it goes on, so a writer thread of its own would only add two thread
-//! wake-ups per fsync (measured: ~250 µs of a ~900 µs write loop on 2 cores). On tokio's
-//! multi-thread runtime (the server's Raft runtime, see [`super::runtime`]) the worker first
-//! hands its other tasks, among them the state-machine worker, to another thread
-//! (`block_in_place`). The committed index is written at most once a second (it only shortens
-//! replay after a restart).
+//! Where a write runs:
+//! - **On the calling task's thread**, by default: a standalone server's writes, and an
+//!   ensemble follower's appends of its leader's entries. The follower answers only once its
+//!   copy is durable, so a thread hand-off would only add two wake-ups to each write
+//!   (measured in the ninth pass: ~250 µs of a ~900 µs write loop on 2 cores). On tokio's
+//!   multi-thread runtime (the server's Raft runtime, see [`super::runtime`]) the worker first
+//!   hands its other tasks, among them the state-machine worker, to another thread
+//!   (`block_in_place`).
+//! - **On a writer thread** ([`LogStore::with_writer`]), for an ensemble leader's own
+//!   entries: `append` returns before the fsync, and openraft 0.10 replicates the entry while
+//!   the leader's copy is being made durable. The leader's flush is then one vote of the
+//!   commit quorum, as ZooKeeper's leader proposes and logs at once. Under openraft 0.9 the
+//!   core awaited the leader's flush before it sent the entry to anyone, so a write paid the
+//!   leader's fsync and then a follower's. While any job is queued there, every later write
+//!   (a vote, a truncation, the next append whoever proposed it) queues behind it, so writes
+//!   stay in openraft's order; consecutive queued appends share one fsync.
 //!
-//! In an ensemble that wait puts the leader's fsync before replication: openraft 0.9's
-//! `append_to_log` awaits the flush callback before the core sends the entry to anyone, so
-//! a write pays the leader's fsync and then a follower's, where ZooKeeper's leader proposes
-//! and logs at once. Committing on a writer thread and returning early does not change that
-//! (measured; see BENCHMARKS.md, tenth pass); openraft 0.10 submits the append and
-//! replicates without waiting.
+//! The committed index is written at most once a second (it only shortens replay after a
+//! restart).
 //!
 //! # Reading
 //! The tail keeps the newest entries (at least the unflushed ones), so the apply path and
 //! replication to up-to-date followers read them without touching the disk or decoding; older
 //! entries are read from the segments.
-
-// openraft's StorageError is large by design; boxing it here would only move the cost.
-#![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -49,15 +51,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use openraft::storage::LogFlushed;
+use openraft::storage::IOFlushed;
 use openraft::storage::LogState;
 use openraft::storage::RaftLogStorage;
-use openraft::AnyError;
-use openraft::LogId;
 use openraft::OptionalSend;
 use openraft::RaftLogReader;
-use openraft::StorageIOError;
-use openraft::Vote;
 use redb::ReadableDatabase;
 use redb::ReadableTable;
 use redb::TableDefinition;
@@ -66,8 +64,12 @@ use serde::Serialize;
 
 use super::segment_log::SegmentLog;
 use super::typ::Entry;
-use super::typ::StorageError;
+use super::LogId;
 use super::TypeConfig;
+use super::Vote;
+
+/// openraft 0.10's storage traits speak `std::io::Error`.
+type StorageError = std::io::Error;
 
 /// Format 1 kept the entries here; read only to move them into segments.
 const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
@@ -99,12 +101,12 @@ pub const FORMAT_VERSION: u32 = 2;
 /// Entries moved from a format-1 log per segment append.
 const MIGRATE_CHUNK: usize = 1024;
 
-fn read_err(e: impl std::error::Error + 'static) -> StorageError {
-    StorageIOError::read_logs(AnyError::new(&e)).into()
+fn read_err(e: impl std::fmt::Display) -> StorageError {
+    std::io::Error::other(format!("reading the raft log: {e}"))
 }
 
-fn write_err(e: impl std::error::Error + 'static) -> StorageError {
-    StorageIOError::write_logs(AnyError::new(&e)).into()
+fn write_err(e: impl std::fmt::Display) -> StorageError {
+    std::io::Error::other(format!("writing the raft log: {e}"))
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, StorageError> {
@@ -120,18 +122,18 @@ enum Command {
     /// Write these entries.
     Append(Vec<Entry>),
     /// Record the committed log id.
-    Committed(Option<LogId<u64>>),
+    Committed(Option<LogId>),
     /// Store the vote.
     Vote(Vec<u8>),
     /// Delete entries from this index on.
     Truncate(u64),
     /// Delete entries up to and including this log id, and record it as purged.
-    Purge(LogId<u64>, Vec<u8>),
+    Purge(LogId, Vec<u8>),
 }
 
 /// The newest committed log id not yet written, and when one was last written.
 struct Committed {
-    pending: Option<Option<LogId<u64>>>,
+    pending: Option<Option<LogId>>,
     written: std::time::Instant,
 }
 
@@ -168,6 +170,84 @@ pub struct LogStore {
     segments: Arc<Mutex<SegmentLog>>,
     tail: Arc<Mutex<Tail>>,
     committed: Arc<Mutex<Committed>>,
+    /// An ensemble member's id and its writer thread (see [`LogStore::with_writer`]).
+    writer: Option<(u64, Arc<Writer>)>,
+}
+
+/// What waits for a job of the writer thread.
+enum Done {
+    /// openraft's flush callback (an append).
+    Flushed(IOFlushed<TypeConfig>),
+    /// A caller waiting for its write to be durable (a vote, a truncation, a purge).
+    Waiter(std::sync::mpsc::SyncSender<Result<(), String>>),
+    /// Nobody (the committed index).
+    Nobody,
+}
+
+/// The writer thread's queue. Every write goes through it while any job is queued, so the
+/// log's writes stay in the order openraft issued them.
+struct Writer {
+    tx: Mutex<std::sync::mpsc::Sender<(Vec<Command>, Done)>>,
+    /// Jobs sent and not yet done.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Writer {
+    fn busy(&self) -> bool {
+        self.queued.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    fn send(&self, cmds: Vec<Command>, done: Done) -> Result<(), StorageError> {
+        self.queued.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if lock(&self.tx).send((cmds, done)).is_err() {
+            self.queued.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(write_err("the log's writer thread is gone"));
+        }
+        Ok(())
+    }
+}
+
+/// The writer thread: carries out queued jobs in order, consecutive appends with one fsync,
+/// then tells each job's waiter.
+fn run_writer(
+    db: Arc<redb::Database>,
+    segments: Arc<Mutex<SegmentLog>>,
+    tail: Arc<Mutex<Tail>>,
+    rx: std::sync::mpsc::Receiver<(Vec<Command>, Done)>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while let Ok(job) = rx.try_recv() {
+            jobs.push(job);
+        }
+        let mut cmds: Vec<Command> = Vec::new();
+        let mut dones = Vec::with_capacity(jobs.len());
+        for (job_cmds, done) in jobs {
+            for cmd in job_cmds {
+                match (cmds.last_mut(), cmd) {
+                    (Some(Command::Append(prev)), Command::Append(next)) => prev.extend(next),
+                    (_, cmd) => cmds.push(cmd),
+                }
+            }
+            dones.push(done);
+        }
+        let result = commit(&db, &segments, &tail, cmds);
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "writing the raft log failed");
+        }
+        let n = dones.len();
+        for done in dones {
+            match done {
+                Done::Flushed(cb) => cb.io_completed(result.clone().map_err(write_err)),
+                Done::Waiter(tx) => {
+                    let _ = tx.send(result.clone());
+                }
+                Done::Nobody => {}
+            }
+        }
+        queued.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// A value of the `meta` table.
@@ -191,7 +271,7 @@ pub struct LastLog {
 
 impl LastLog {
     /// The id of the newest entry in the log; `None` when it holds none.
-    fn newest(&self) -> Result<Option<LogId<u64>>, StorageError> {
+    fn newest(&self) -> Result<Option<LogId>, StorageError> {
         if let Some(l) = lock(&self.tail).entries.last_key_value().map(|(_, e)| e.log_id) {
             return Ok(Some(l));
         }
@@ -203,7 +283,7 @@ impl LastLog {
     }
 
     /// The last log id (the last purged one when the log is empty), as openraft sees it.
-    pub fn get(&self) -> Result<Option<LogId<u64>>, StorageError> {
+    pub fn get(&self) -> Result<Option<LogId>, StorageError> {
         match self.newest()? {
             Some(l) => Ok(Some(l)),
             None => read_meta(&self.db, "last_purged"),
@@ -276,7 +356,7 @@ impl LogStore {
             None | Some(FORMAT_VERSION) | Some(1) => {}
             Some(found) => return Err(OpenError::Format { path: p, found }),
         }
-        let purged: Option<LogId<u64>> =
+        let purged: Option<LogId> =
             read_meta(&db, "last_purged").map_err(|e| OpenError::Meta { path: p.clone(), reason: e.to_string() })?;
         let seg_err = |source| OpenError::Segments { path: dir.display().to_string(), source };
         if found == Some(1) {
@@ -290,7 +370,7 @@ impl LogStore {
         }
         // A log cut short below what it recorded as committed has lost acknowledged entries
         // (damage, not a torn append): refuse, before the first append clears the evidence.
-        let committed: Option<Option<LogId<u64>>> =
+        let committed: Option<Option<LogId>> =
             read_meta(&db, "committed").map_err(|e| OpenError::Meta { path: p.clone(), reason: e.to_string() })?;
         if let Some(c) = committed.flatten() {
             let reaches = segments.last_index().max(purged.map(|l| l.index));
@@ -310,7 +390,26 @@ impl LogStore {
             segments: Arc::new(Mutex::new(segments)),
             tail: Arc::new(Mutex::new(Tail::default())),
             committed: Arc::new(Mutex::new(committed)),
+            writer: None,
         })
+    }
+
+    /// This store, for ensemble member `id`, with a writer thread for the appends of this
+    /// member's own term: as leader it returns from `append` before the fsync, so openraft
+    /// 0.10 replicates the entry while the leader's own copy is being made durable (the
+    /// leader's flush then counts as one vote of the commit quorum, as ZooKeeper's leader
+    /// logs and proposes at once). Entries from another leader are still written on the
+    /// calling thread when nothing is queued: a follower answers only once its copy is
+    /// durable, and a thread hand-off would only add to that.
+    pub fn with_writer(mut self, id: u64) -> std::io::Result<LogStore> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (db, segments, tail, q) = (self.db.clone(), self.segments.clone(), self.tail.clone(), queued.clone());
+        std::thread::Builder::new()
+            .name("raft-log-writer".into())
+            .spawn(move || run_writer(db, segments, tail, rx, q))?;
+        self.writer = Some((id, Arc::new(Writer { tx: Mutex::new(tx), queued })));
+        Ok(self)
     }
 
     /// A handle that reads the last appended log id, for pre-votes (see [`crate::failover`]).
@@ -325,6 +424,7 @@ impl LogStore {
     /// Carries out `cmds` (and writes the committed index, when it is due), on this thread
     /// (see the module docs).
     fn write(&self, mut cmds: Vec<Command>) -> Result<(), StorageError> {
+        let only_committed = cmds.is_empty();
         {
             let mut c = lock(&self.committed);
             if c.written.elapsed() >= COMMITTED_EVERY {
@@ -337,6 +437,22 @@ impl LogStore {
         if cmds.is_empty() {
             return Ok(());
         }
+        if let Some((_, w)) = self.writer.as_ref().filter(|(_, w)| w.busy()) {
+            // Behind the queued writes, in order.
+            if only_committed {
+                return w.send(cmds, Done::Nobody);
+            }
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            w.send(cmds, Done::Waiter(tx))?;
+            let waited = if tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+            {
+                tokio::task::block_in_place(|| rx.recv())
+            } else {
+                rx.recv()
+            };
+            return waited.map_err(|_| write_err("the log's writer thread is gone"))?.map_err(write_err);
+        }
         let on_runtime = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         let result = if on_runtime {
@@ -346,7 +462,7 @@ impl LogStore {
         };
         result.map_err(|e| {
             tracing::error!(error = %e, "writing the raft log failed");
-            write_err(std::io::Error::other(e))
+            write_err(e)
         })
     }
 }
@@ -469,13 +585,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         out.extend(from_tail);
         Ok(out)
     }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.get_meta("vote")
+    }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let last_purged: Option<LogId<u64>> = self.get_meta("last_purged")?;
+        let last_purged: Option<LogId> = self.get_meta("last_purged")?;
         let last = self.last_log().newest()?.or(last_purged);
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
     }
@@ -484,27 +604,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError> {
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote)?;
         self.write(vec![Command::Vote(bytes)])
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError> {
-        self.get_meta("vote")
-    }
-
-    async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // The committed index only shortens replay after a restart: it is written (one redb
         // commit) at most once a second, with whichever write comes when it is due.
         self.committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pending = Some(committed);
         self.write(Vec::new())
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError> {
-        Ok(self.get_meta::<Option<LogId<u64>>>("committed")?.flatten())
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.get_meta::<Option<LogId>>("committed")?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -523,20 +639,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 t.entries.insert(e.log_id.index, e.clone());
             }
         }
+        if let Some((id, w)) = &self.writer {
+            let own = entries.last().is_some_and(|e| e.log_id.leader_id.node_id == *id);
+            if own || w.busy() {
+                return w.send(vec![Command::Append(entries)], Done::Flushed(callback));
+            }
+        }
         let result = self.write(vec![Command::Append(entries)]);
-        callback.log_io_completed(result.map_err(std::io::Error::other));
+        callback.io_completed(result);
         Ok(())
     }
 
-    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), StorageError> {
+        let from = last_log_id.map_or(0, |l| l.index + 1);
         {
             // Readers must not see them from now on; `flushed` is lowered after the commit.
-            let _ = lock(&self.tail).entries.split_off(&log_id.index);
+            let _ = lock(&self.tail).entries.split_off(&from);
         }
-        self.write(vec![Command::Truncate(log_id.index)])
+        self.write(vec![Command::Truncate(from)])
     }
 
-    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError> {
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let bytes = encode(&log_id)?;
         self.write(vec![Command::Purge(log_id, bytes)])?;
         let mut t = lock(&self.tail);

@@ -26,22 +26,39 @@ openraft::declare_raft_types!(
         R = Vec<TxnResult>,
         NodeId = u64,
         Node = openraft::BasicNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
-        AsyncRuntime = openraft::TokioRuntime,
 );
 
 /// The Raft handle.
-pub type Raft = openraft::Raft<TypeConfig>;
+pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;
+
+/// A leader's id (term and node), as votes and log ids carry it.
+pub type LeaderId = openraft::alias::LeaderIdOf<TypeConfig>;
+/// A log id: the committed leader id and the index.
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+/// A vote.
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+/// The membership as stored with a log id.
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+/// A snapshot's meta.
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+/// A snapshot: its meta and the open file.
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, tokio::fs::File>;
 
 /// openraft's error types, specialised (openraft's `typ` convention).
 pub mod typ {
     use super::TypeConfig;
 
-    pub type RaftError<E = openraft::error::Infallible> = openraft::error::RaftError<u64, E>;
-    pub type ClientWriteError = openraft::error::ClientWriteError<u64, openraft::BasicNode>;
-    pub type StorageError = openraft::StorageError<u64>;
-    pub type Entry = openraft::Entry<TypeConfig>;
+    pub type RaftError<E = openraft::error::Infallible> = openraft::error::RaftError<TypeConfig, E>;
+    pub type ClientWriteError = openraft::error::ClientWriteError<TypeConfig>;
+    pub type StorageError = openraft::StorageError<TypeConfig>;
+    pub type Entry = <TypeConfig as openraft::RaftTypeConfig>::Entry;
+}
+
+/// Milliseconds since a quorum last acknowledged this leader (`None` if it is no leader, or
+/// one no quorum has acknowledged yet).
+pub fn millis_since_quorum_ack(m: &openraft::RaftMetrics<TypeConfig>) -> Option<u64> {
+    use openraft::Instant;
+    m.last_quorum_acked.as_ref().map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The zxid of the next txn applied to `tree`: one more than the last. Computed here and

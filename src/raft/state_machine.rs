@@ -16,22 +16,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::RwLock;
 
+use futures::StreamExt;
+use openraft::storage::EntryResponder;
 use openraft::storage::RaftStateMachine;
-use openraft::storage::Snapshot;
-use openraft::AnyError;
 use openraft::EntryPayload;
-use openraft::LogId;
 use openraft::OptionalSend;
 use openraft::RaftSnapshotBuilder;
-use openraft::SnapshotMeta;
-use openraft::StorageIOError;
-use openraft::StoredMembership;
 use serde::Deserialize;
 use serde::Serialize;
 
 use super::next_zxid;
-use super::typ::Entry;
-use super::typ::StorageError;
+use super::LogId;
+use super::Snapshot;
+use super::SnapshotMeta;
+use super::StoredMembership;
 use super::TypeConfig;
 use crate::tree::Change;
 use crate::tree::DataTree;
@@ -71,8 +69,8 @@ impl SharedTree {
 
 #[derive(Serialize, Deserialize, Clone)]
 struct SnapshotFile {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, openraft::BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
     tree: DataTree,
 }
 
@@ -80,8 +78,8 @@ struct SnapshotFile {
 /// openraft's snapshot meta is read without decoding the tree.
 #[derive(Deserialize)]
 struct SnapshotHeader {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, openraft::BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
 }
 
 /// Decodes a snapshot (or its header) straight from the file, without reading the whole
@@ -107,7 +105,7 @@ fn decode_snapshot(file: &mut std::fs::File) -> std::io::Result<SnapshotFile> {
 
 /// Opens a snapshot file and reads openraft's meta from its header; the returned file is
 /// positioned at its start, ready to be streamed to a follower.
-fn open_snapshot(path: &Path) -> std::io::Result<(SnapshotMeta<u64, openraft::BasicNode>, std::fs::File)> {
+fn open_snapshot(path: &Path) -> std::io::Result<(SnapshotMeta, std::fs::File)> {
     use std::io::Seek;
     let mut file = std::fs::File::open(path)?;
     let header: SnapshotHeader = decode_from(&mut file, 64 << 10)?;
@@ -115,24 +113,27 @@ fn open_snapshot(path: &Path) -> std::io::Result<(SnapshotMeta<u64, openraft::Ba
     Ok((meta_of(header.last_applied, header.membership), file))
 }
 
-fn sm_err(e: impl std::error::Error + 'static) -> StorageError {
-    StorageIOError::write_state_machine(AnyError::new(&e)).into()
+/// openraft 0.10's storage traits speak `std::io::Error`.
+type StorageError = std::io::Error;
+
+fn sm_err(e: impl std::fmt::Display) -> StorageError {
+    std::io::Error::other(format!("applying to the state machine: {e}"))
 }
 
-fn snap_err(e: impl std::error::Error + 'static) -> StorageError {
-    StorageIOError::write_snapshot(None, AnyError::new(&e)).into()
+fn snap_err(e: impl std::fmt::Display) -> StorageError {
+    std::io::Error::other(format!("snapshot: {e}"))
 }
 
 /// The state machine.
 pub struct StateMachine {
     shared: Arc<SharedTree>,
     hook: Arc<dyn ApplyHook>,
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, openraft::BasicNode>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
     dir: PathBuf,
 }
 
-fn snapshot_path(dir: &Path, log_id: &Option<LogId<u64>>) -> PathBuf {
+fn snapshot_path(dir: &Path, log_id: &Option<LogId>) -> PathBuf {
     let (term, index) = log_id.map_or((0, 0), |l| (l.leader_id.term, l.index));
     dir.join(format!("snapshot-{term:020}-{index:020}.bin"))
 }
@@ -149,12 +150,8 @@ fn newest_snapshot(dir: &Path) -> std::io::Result<Option<PathBuf>> {
     Ok(best)
 }
 
-fn meta_of(
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, openraft::BasicNode>,
-) -> SnapshotMeta<u64, openraft::BasicNode> {
-    let index = last_applied.map_or(0, |l| l.index);
-    SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id: format!("{index}") }
+fn meta_of(last_applied: Option<LogId>, membership: StoredMembership) -> SnapshotMeta {
+    SnapshotMeta { last_log_id: last_applied, last_membership: membership }
 }
 
 /// Prefix of the files a snapshot from the leader is received into.
@@ -185,7 +182,7 @@ fn remove_older_snapshots(dir: &Path, newest: &Path) -> std::io::Result<()> {
 /// directory), removes older ones, and returns the file's size.
 fn write_snapshot_with(
     dir: &Path,
-    last: &Option<LogId<u64>>,
+    last: &Option<LogId>,
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> std::io::Result<u64> {
     use std::io::Write;
@@ -227,7 +224,7 @@ fn receiving_path(dir: &Path, file: &std::fs::File) -> std::io::Result<Option<Pa
 
 /// Moves a received (already fsynced) snapshot file into place: rename, fsync the
 /// directory, remove older snapshots. Returns its size.
-fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId<u64>>) -> std::io::Result<u64> {
+fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId>) -> std::io::Result<u64> {
     let path = snapshot_path(dir, last);
     std::fs::rename(received, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
@@ -282,7 +279,9 @@ pub struct SnapshotBuilder {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+    type SnapshotData = tokio::fs::File;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let started = std::time::Instant::now();
         // Streamed to the file on a blocking thread: no second copy of the whole tree in
         // memory, and the runtime's workers keep serving meanwhile. openraft keeps only the
@@ -309,31 +308,67 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let file = std::fs::File::open(&path).map_err(snap_err)?;
         Ok(Snapshot {
             meta: meta_of(self.file.last_applied, self.file.membership.clone()),
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
+            snapshot: tokio::fs::File::from_std(file),
         })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = tokio::fs::File;
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, openraft::BasicNode>), StorageError> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         Ok((self.last_applied, self.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<TxnResult>>, StorageError>
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), StorageError>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: futures::Stream<Item = Result<EntryResponder<TypeConfig>, std::io::Error>> + Unpin + OptionalSend,
     {
+        // Drained first: the tree's std lock is never held across an await.
+        let mut batch = Vec::new();
+        while let Some(item) = entries.next().await {
+            batch.push(item?);
+        }
+        self.apply_entries(batch);
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let tree = self.shared.read().clone();
+        self.shared.snapshot_zxid.store(tree.last_zxid(), std::sync::atomic::Ordering::Relaxed);
+        SnapshotBuilder {
+            file: SnapshotFile { last_applied: self.last_applied, membership: self.membership.clone(), tree },
+            dir: self.dir.clone(),
+        }
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: tokio::fs::File) -> Result<(), StorageError> {
+        self.install_snapshot_file(meta, snapshot).await
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        // Only the header is decoded: openraft asks for this at start for the meta alone.
+        if let Some(path) = newest_snapshot(&self.dir).map_err(snap_err)? {
+            let (meta, file) = open_snapshot(&path).map_err(snap_err)?;
+            return Ok(Some(Snapshot { meta, snapshot: tokio::fs::File::from_std(file) }));
+        }
+        Ok(None)
+    }
+}
+
+impl StateMachine {
+    /// Applies committed entries in order and answers each one's responder (openraft's
+    /// `client_write` waits for it) with its txns' results.
+    pub fn apply_entries(&mut self, entries: Vec<EntryResponder<TypeConfig>>) -> Vec<Vec<TxnResult>> {
         let mut out = Vec::new();
         let mut hooks = Vec::new();
+        let mut responders = Vec::new();
         let last_zxid = {
             let mut tree = self.shared.write();
-            for entry in entries {
+            for (entry, responder) in entries {
                 self.last_applied = Some(entry.log_id);
+                responders.push((responder, out.len()));
                 match entry.payload {
                     EntryPayload::Blank => out.push(Vec::new()),
                     EntryPayload::Normal(batch) => {
@@ -372,30 +407,32 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             h.applied();
         }
         self.shared.applied.send_replace(last_zxid);
-        Ok(out)
-    }
-
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        let tree = self.shared.read().clone();
-        self.shared.snapshot_zxid.store(tree.last_zxid(), std::sync::atomic::Ordering::Relaxed);
-        SnapshotBuilder {
-            file: SnapshotFile { last_applied: self.last_applied, membership: self.membership.clone(), tree },
-            dir: self.dir.clone(),
+        for (responder, i) in responders {
+            if let Some(r) = responder {
+                r.send(out.get(i).cloned().unwrap_or_default());
+            }
         }
+        out
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
-        // Chunks go straight to a file: a large snapshot never sits whole in memory.
+    /// A file to receive a snapshot from the leader into: chunks go straight to it, so a
+    /// large snapshot never sits whole in memory.
+    pub fn begin_receiving_snapshot(dir: &Path) -> Result<tokio::fs::File, StorageError> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let path = self.dir.join(format!("{RECEIVING_PREFIX}{nanos}.tmp"));
+        let path = dir.join(format!("{RECEIVING_PREFIX}{nanos}.tmp"));
         let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(snap_err)?;
-        Ok(Box::new(tokio::fs::File::from_std(file)))
+        Ok(tokio::fs::File::from_std(file))
     }
 
-    async fn install_snapshot(
+    /// The directory snapshots live in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    async fn install_snapshot_file(
         &mut self,
-        meta: &SnapshotMeta<u64, openraft::BasicNode>,
-        mut snapshot: Box<tokio::fs::File>,
+        meta: &SnapshotMeta,
+        mut snapshot: tokio::fs::File,
     ) -> Result<(), StorageError> {
         use tokio::io::AsyncWriteExt;
         snapshot.flush().await.map_err(snap_err)?;
@@ -436,20 +473,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.shared.snapshot_zxid.store(last_zxid, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
-
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        // Only the header is decoded: openraft asks for this at start for the meta alone.
-        if let Some(path) = newest_snapshot(&self.dir).map_err(snap_err)? {
-            let (meta, file) = open_snapshot(&path).map_err(snap_err)?;
-            return Ok(Some(Snapshot { meta, snapshot: Box::new(tokio::fs::File::from_std(file)) }));
-        }
-        Ok(None)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::typ::Entry;
     use crate::tree::acl::AclEntry;
     use crate::txn::CreateOp;
     use crate::txn::Txn;
@@ -478,7 +507,7 @@ mod tests {
         create(&mut tree, "/a", vec![7u8; 300 << 10]);
         create(&mut tree, "/a/b", b"x".to_vec());
         create(&mut tree, "/c", Vec::new());
-        let last = Some(LogId::new(openraft::CommittedLeaderId::new(3, 0), 42));
+        let last = Some(LogId::new(crate::raft::LeaderId { term: 3, node_id: 0 }, 42));
         let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
         write_snapshot_with(dir.path(), &last, |w| {
             postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
@@ -489,7 +518,6 @@ mod tests {
 
         let (meta, _) = open_snapshot(&path).expect("header");
         assert_eq!(meta.last_log_id, last);
-        assert_eq!(meta.snapshot_id, "42");
 
         let back = decode_snapshot(&mut std::fs::File::open(&path).expect("open")).expect("decode");
         assert_eq!(back.last_applied, last);
@@ -565,10 +593,10 @@ mod tests {
         let mut batch = crate::txn::TxnBatch::new(vec![txn(create()), txn(set), txn(create())]);
         batch.hooks = hooks;
         let entry = Entry {
-            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 0), 1),
+            log_id: LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, 1),
             payload: EntryPayload::Normal(batch),
         };
-        let out = sm.apply(vec![entry]).await.expect("apply");
+        let out = sm.apply_entries(vec![(entry, None)]);
 
         // At the second txn's apply the first was answered, at the third the first two.
         assert_eq!(*hook.seen.lock().expect("seen"), vec![0, 1, 2]);
@@ -606,15 +634,17 @@ mod tests {
         };
         let (b1, mut w1, r1) = hooked(&["/a", "/a"]);
         let (b3, mut w3, r3) = hooked(&["/c"]);
-        let entry =
-            |index, payload| Entry { log_id: LogId::new(openraft::CommittedLeaderId::new(1, 0), index), payload };
+        let entry = |index, payload| Entry {
+            log_id: LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, index),
+            payload,
+        };
         let entries = vec![
             entry(1, EntryPayload::Normal(b1)),
             entry(2, EntryPayload::Blank),
             entry(3, EntryPayload::Normal(crate::txn::TxnBatch::new(vec![create("/b")]))),
             entry(4, EntryPayload::Normal(b3)),
         ];
-        let out = sm.apply(entries).await.expect("apply");
+        let out = sm.apply_entries(entries.into_iter().map(|e| (e, None)).collect());
         assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 0, 1, 1]);
         let got = |rxs: Vec<tokio::sync::oneshot::Receiver<_>>| -> Vec<TxnResult> {
             rxs.into_iter()
@@ -668,8 +698,8 @@ mod tests {
 
         let mut follower = state_machine(follower_dir.path(), DataTree::new());
         // An abandoned transfer's file goes too.
-        drop(follower.begin_receiving_snapshot().await.expect("begin"));
-        let mut receiving = follower.begin_receiving_snapshot().await.expect("begin");
+        drop(StateMachine::begin_receiving_snapshot(follower_dir.path()).expect("begin"));
+        let mut receiving = StateMachine::begin_receiving_snapshot(follower_dir.path()).expect("begin");
         receiving.write_all(&bytes).await.expect("write");
         let received_inode = std::os::unix::fs::MetadataExt::ino(&receiving.metadata().await.expect("metadata"));
         follower.install_snapshot(&built.meta, receiving).await.expect("install");
@@ -696,8 +726,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut tree = DataTree::new();
         create(&mut tree, "/a", b"x".to_vec());
-        let id = |i| Some(LogId::new(openraft::CommittedLeaderId::new(1, 0), i));
-        let write = |last: Option<LogId<u64>>| {
+        let id = |i| Some(LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, i));
+        let write = |last: Option<LogId>| {
             let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
             write_snapshot_with(dir.path(), &last, |w| {
                 postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)

@@ -738,7 +738,7 @@ mod tests {
     /// A path for a number: a few parents with many children, so chunks split and join, and
     /// some grandchildren, so there is more than one depth below a parent.
     fn path(n: u16) -> String {
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             format!("/p{}/c{}/g{n}", n % 3, n % 5)
         } else {
             format!("/p{}/c{n}", n % 3)
