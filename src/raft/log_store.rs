@@ -444,26 +444,25 @@ impl LogStore {
             }
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             w.send(cmds, Done::Waiter(tx))?;
-            let waited = if tokio::runtime::Handle::try_current()
-                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-            {
-                tokio::task::block_in_place(|| rx.recv())
-            } else {
-                rx.recv()
-            };
+            let waited = blocking(|| rx.recv());
             return waited.map_err(|_| write_err("the log's writer thread is gone"))?.map_err(write_err);
         }
-        let on_runtime = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let result = if on_runtime {
-            tokio::task::block_in_place(|| commit(&self.db, &self.segments, &self.tail, cmds))
-        } else {
-            commit(&self.db, &self.segments, &self.tail, cmds)
-        };
-        result.map_err(|e| {
+        blocking(|| commit(&self.db, &self.segments, &self.tail, cmds)).map_err(|e| {
             tracing::error!(error = %e, "writing the raft log failed");
             write_err(e)
         })
+    }
+}
+
+/// Runs `f`, which blocks on the disk or the writer thread. On tokio's multi-thread runtime
+/// the worker first hands its other tasks to another thread (see the module docs).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    let on_runtime = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_runtime {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
     }
 }
 
