@@ -330,7 +330,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some(item) = entries.next().await {
             batch.push(item?);
         }
-        self.apply_entries(batch);
+        let (entries, responders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let results = self.apply_entries(entries);
+        // openraft's `client_write` waits for the responder of each entry proposed here.
+        for (responder, r) in responders.into_iter().zip(results) {
+            if let Some(responder) = responder {
+                responder.send(r);
+            }
+        }
         Ok(())
     }
 
@@ -358,17 +365,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 }
 
 impl StateMachine {
-    /// Applies committed entries in order and answers each one's responder (openraft's
-    /// `client_write` waits for it) with its txns' results.
-    pub fn apply_entries(&mut self, entries: Vec<EntryResponder<TypeConfig>>) -> Vec<Vec<TxnResult>> {
+    /// Applies committed entries in order; returns each entry's txn results (none for blank
+    /// and membership entries).
+    pub fn apply_entries(&mut self, entries: Vec<crate::raft::typ::Entry>) -> Vec<Vec<TxnResult>> {
         let mut out = Vec::new();
         let mut hooks = Vec::new();
-        let mut responders = Vec::new();
         let last_zxid = {
             let mut tree = self.shared.write();
-            for (entry, responder) in entries {
+            for entry in entries {
                 self.last_applied = Some(entry.log_id);
-                responders.push((responder, out.len()));
                 match entry.payload {
                     EntryPayload::Blank => out.push(Vec::new()),
                     EntryPayload::Normal(batch) => {
@@ -407,11 +412,6 @@ impl StateMachine {
             h.applied();
         }
         self.shared.applied.send_replace(last_zxid);
-        for (responder, i) in responders {
-            if let Some(r) = responder {
-                r.send(out.get(i).cloned().unwrap_or_default());
-            }
-        }
         out
     }
 
@@ -596,7 +596,7 @@ mod tests {
             log_id: LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, 1),
             payload: EntryPayload::Normal(batch),
         };
-        let out = sm.apply_entries(vec![(entry, None)]);
+        let out = sm.apply_entries(vec![entry]);
 
         // At the second txn's apply the first was answered, at the third the first two.
         assert_eq!(*hook.seen.lock().expect("seen"), vec![0, 1, 2]);
@@ -644,7 +644,7 @@ mod tests {
             entry(3, EntryPayload::Normal(crate::txn::TxnBatch::new(vec![create("/b")]))),
             entry(4, EntryPayload::Normal(b3)),
         ];
-        let out = sm.apply_entries(entries.into_iter().map(|e| (e, None)).collect());
+        let out = sm.apply_entries(entries);
         assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 0, 1, 1]);
         let got = |rxs: Vec<tokio::sync::oneshot::Receiver<_>>| -> Vec<TxnResult> {
             rxs.into_iter()
