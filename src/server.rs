@@ -107,15 +107,14 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
     let id = config.server_id;
-    let raft_rt = crate::raft::runtime::RaftRuntime::start()
-        .map_err(|e| ServerError::Raft(format!("cannot start the Raft runtime: {e}")))?;
     let network = PeerNetworkFactory { retry: Duration::from_millis(heartbeat) };
-    let raft_config = Arc::new(raft_config);
-    // openraft spawns its tasks where `Raft::new` runs: on the Raft runtime (see its docs).
-    let raft = raft_rt
-        .run(async move { Raft::new(id, raft_config, network, log_store, sm).await })
+    // openraft spawns its tasks (core, state-machine worker, replication) on this runtime, the
+    // one that serves the connections. A write's chain of tasks then hands over from one task
+    // to the next on the same workers, often on the same thread: each hand-off to a thread of
+    // another runtime cost a wake-up, which on 2 shared vCPUs waited 20-50 µs for a CPU
+    // (BENCHMARKS.md, fifteenth pass; until then openraft had a runtime of its own).
+    let raft = Raft::new(id, Arc::new(raft_config), network, log_store, sm)
         .await
-        .map_err(|e| ServerError::Raft(e.to_string()))?
         .map_err(|e| ServerError::Raft(e.to_string()))?;
     if !raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))? {
         // Every member initialises with the same membership from the same zoo.cfg; openraft
@@ -166,17 +165,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         let peer_listener =
             tokio::net::TcpListener::bind(bind).await.map_err(|source| ServerError::Listen { addr: bind, source })?;
         tracing::info!(%bind, "peer port listening");
-        // The peer port is served on the Raft runtime: an AppendEntries then reaches the core,
-        // and its answer the socket, without a wake-up of the other runtime's threads each
-        // way (see `crate::raft::runtime`).
-        let std_listener = peer_listener.into_std().map_err(|source| ServerError::Listen { addr: bind, source })?;
         let (h, stop) = (Arc::new(dispatcher.clone()), stop_rx.clone());
-        tasks.push(raft_rt.spawn(async move {
-            match tokio::net::TcpListener::from_std(std_listener) {
-                Ok(l) => crate::peer::serve(l, h, stop).await,
-                Err(e) => tracing::error!(error = %e, "cannot serve the peer port"),
-            }
-        }));
+        tasks.push(tokio::spawn(crate::peer::serve(peer_listener, h, stop)));
         tasks.push(tokio::spawn(send_touches(dispatcher.clone(), stop_rx.clone())));
         tasks.push(tokio::spawn(crate::failover::run(
             raft.clone(),
@@ -233,7 +223,6 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
     }
     tracing::info!("stopping raft");
     let _ = raft.shutdown().await;
-    drop(raft_rt);
     tracing::info!("stopped");
     Ok(())
 }

@@ -22,10 +22,11 @@
 //! - **On the calling task's thread**, by default: a standalone server's writes, and an
 //!   ensemble follower's appends of its leader's entries. The follower answers only once its
 //!   copy is durable, so a thread hand-off would only add two wake-ups to each write
-//!   (measured in the ninth pass: ~250 µs of a ~900 µs write loop on 2 cores). On tokio's
-//!   multi-thread runtime (the server's Raft runtime, see [`super::runtime`]) the worker first
-//!   hands its other tasks, among them the state-machine worker, to another thread
-//!   (`block_in_place`).
+//!   (measured in the ninth pass: ~250 µs of a ~900 µs write loop on 2 cores). The write
+//!   blocks that tokio worker for its fsync, and the runtime's other workers go on meanwhile
+//!   (connections, and the state-machine worker applying the batch before). Handing the
+//!   worker's other tasks to another thread first (`block_in_place`, until the fifteenth
+//!   pass) cost ~20 µs of a 1×1 write (BENCHMARKS.md).
 //! - **On a writer thread** ([`LogStore::with_writer`]), for an ensemble leader's own
 //!   entries: `append` returns before the fsync, and openraft 0.10 replicates the entry while
 //!   the leader's copy is being made durable. The leader's flush is then one vote of the
@@ -444,25 +445,13 @@ impl LogStore {
             }
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             w.send(cmds, Done::Waiter(tx))?;
-            let waited = blocking(|| rx.recv());
+            let waited = rx.recv();
             return waited.map_err(|_| write_err("the log's writer thread is gone"))?.map_err(write_err);
         }
-        blocking(|| commit(&self.db, &self.segments, &self.tail, cmds)).map_err(|e| {
+        commit(&self.db, &self.segments, &self.tail, cmds).map_err(|e| {
             tracing::error!(error = %e, "writing the raft log failed");
             write_err(e)
         })
-    }
-}
-
-/// Runs `f`, which blocks on the disk or the writer thread. On tokio's multi-thread runtime
-/// the worker first hands its other tasks to another thread (see the module docs).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    let on_runtime = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if on_runtime {
-        tokio::task::block_in_place(f)
-    } else {
-        f()
     }
 }
 

@@ -1,7 +1,6 @@
 //! openraft glue: the type configuration, the log store (entries in segment files, vote and
 //! metadata in redb), the state machine (where zxids are assigned), the network adapter,
-//! where their files live on disk ([`layout`]), and the runtime openraft's tasks run on
-//! ([`runtime`]).
+//! and where their files live on disk ([`layout`]).
 //!
 //! A standalone server is a one-member group built through exactly the same path as an
 //! ensemble member, so there is one write path. This module knows nothing of client
@@ -10,7 +9,6 @@
 pub mod layout;
 pub mod log_store;
 pub mod network;
-pub mod runtime;
 pub mod segment_log;
 pub mod state_machine;
 
