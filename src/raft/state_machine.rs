@@ -527,7 +527,7 @@ mod tests {
         let (a, b, c) = (back.tree.node("/a"), back.tree.node("/a/b"), back.tree.node("/c"));
         let (a, b, c) = (a.expect("/a"), b.expect("/a/b"), c.expect("/c"));
         assert_eq!(a.data().map(<[u8]>::len), Some(300 << 10));
-        assert!(Arc::ptr_eq(&a.acl, &b.acl) && Arc::ptr_eq(&a.acl, &c.acl), "equal ACLs are shared");
+        assert!(Arc::ptr_eq(a.acl, b.acl) && Arc::ptr_eq(a.acl, c.acl), "equal ACLs are shared");
     }
 
     struct NoHook;

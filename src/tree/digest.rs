@@ -21,7 +21,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::acl::AclEntry;
-use super::Node;
+use super::NodeStat;
 
 /// A history entry is recorded when the zxid is a multiple of this
 /// (`DataTree.DIGEST_LOG_INTERVAL`: 0x80, so the hex zxids line up across servers).
@@ -135,8 +135,7 @@ fn feed_content(h: &mut impl Feed, path: &str, data: Option<&[u8]>) {
 }
 
 #[inline(always)]
-fn feed_meta(h: &mut impl Feed, path: &str, node: &Node) {
-    let s = &node.stat;
+fn feed_meta(h: &mut impl Feed, path: &str, acl: &[AclEntry], s: &NodeStat) {
     h.update(b"warden-digest-meta\0");
     put_str(h, path);
     for v in [s.czxid, s.mzxid, s.pzxid, s.ctime, s.mtime, s.ephemeral_owner] {
@@ -145,8 +144,8 @@ fn feed_meta(h: &mut impl Feed, path: &str, node: &Node) {
     for v in [s.version, s.cversion, s.aversion] {
         h.update(&v.to_be_bytes());
     }
-    h.update(&(node.acl.len() as u64).to_be_bytes());
-    for AclEntry { perms, id } in node.acl.iter() {
+    h.update(&(acl.len() as u64).to_be_bytes());
+    for AclEntry { perms, id } in acl {
         h.update(&perms.to_be_bytes());
         put_str(h, &id.scheme);
         put_str(h, &id.id);
@@ -161,15 +160,15 @@ pub fn content(path: &str, data: Option<&[u8]>) -> u64 {
 }
 
 /// The meta part of a node's digest: its path, stat and ACL.
-pub fn meta(path: &str, node: &Node) -> u64 {
+pub fn meta(path: &str, acl: &[AclEntry], stat: &NodeStat) -> u64 {
     let mut h = Hasher::new();
-    feed_meta(&mut h, path, node);
+    feed_meta(&mut h, path, acl, stat);
     h.finish()
 }
 
 /// A node's whole digest.
-pub fn node(path: &str, node: &Node, data: Option<&[u8]>) -> u64 {
-    add(content(path, data), meta(path, node))
+pub fn node(path: &str, acl: &[AclEntry], stat: &NodeStat, data: Option<&[u8]>) -> u64 {
+    add(content(path, data), meta(path, acl, stat))
 }
 
 #[cfg(test)]
@@ -180,7 +179,7 @@ mod tests {
 
     use super::*;
     use crate::tree::acl::AuthId;
-    use crate::tree::NodeStat;
+    use crate::tree::Node;
 
     impl Feed for Xxh3 {
         fn update(&mut self, bytes: &[u8]) {
@@ -219,7 +218,8 @@ mod tests {
         assert_eq!(content("/a", Some(b"x")), 8988791582653384243);
         assert_eq!(content("/a", None), 2921834929037488877);
         assert_eq!(content("/big", Some(&[7u8; 1000])), 8776616752920096894);
-        assert_eq!(meta("/a", &sample_node()), 793715313892644835);
+        let n = sample_node();
+        assert_eq!(meta("/a", &n.acl, &n.stat), 793715313892644835);
     }
 
     fn node_strategy() -> impl Strategy<Value = Node> {
@@ -253,7 +253,7 @@ mod tests {
             node in node_strategy(),
         ) {
             prop_assert_eq!(content(&path, data.as_deref()), streamed(|h| feed_content(h, &path, data.as_deref())));
-            prop_assert_eq!(meta(&path, &node), streamed(|h| feed_meta(h, &path, &node)));
+            prop_assert_eq!(meta(&path, &node.acl, &node.stat), streamed(|h| feed_meta(h, &path, &node.acl, &node.stat)));
         }
     }
 }

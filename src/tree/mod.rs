@@ -106,8 +106,7 @@ fn kind_of(owner: i64) -> NodeKind {
 pub type SharedAcl = Arc<Vec<AclEntry>>;
 
 /// A node's persisted Stat (ZooKeeper's `StatPersisted`, which is what snapshots store) and
-/// its child count, in 64 bytes: a `StatPersisted` alone pads to 64, and the count beside it
-/// would push a node and its key past an allocator size class.
+/// its child count. The node map stores it compactly and hands out copies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeStat {
     pub czxid: i64,
@@ -137,6 +136,34 @@ impl NodeStat {
             pzxid: s.pzxid,
             num_children,
         }
+    }
+
+    /// The client-visible `Stat`, for data of `data_len` bytes.
+    pub fn client(&self, data_len: usize) -> Stat {
+        Stat {
+            czxid: self.czxid,
+            mzxid: self.mzxid,
+            ctime: self.ctime,
+            mtime: self.mtime,
+            version: self.version,
+            // DataNode.copyStat: the stored cversion counts creates; clients see creates plus
+            // deletes, i.e. 2 * creates - children (so a fresh /zookeeper shows -2).
+            cversion: self.cversion.wrapping_mul(2).wrapping_sub(self.num_children as i32),
+            aversion: self.aversion,
+            // DataNode.getClientEphemeralOwner: containers and TTL nodes show 0 to clients.
+            ephemeral_owner: match kind_of(self.ephemeral_owner) {
+                NodeKind::Ephemeral(owner) => owner,
+                _ => 0,
+            },
+            data_length: data_len as i32,
+            num_children: self.num_children as i32,
+            pzxid: self.pzxid,
+        }
+    }
+
+    /// What kind of node this is.
+    pub fn kind(&self) -> NodeKind {
+        kind_of(self.ephemeral_owner)
     }
 
     /// The `StatPersisted` a snapshot stores.
@@ -184,31 +211,12 @@ impl Node {
 
     /// The client-visible `Stat`, for data of `data_len` bytes.
     pub fn client_stat(&self, data_len: usize) -> Stat {
-        let s = &self.stat;
-        Stat {
-            czxid: s.czxid,
-            mzxid: s.mzxid,
-            ctime: s.ctime,
-            mtime: s.mtime,
-            version: s.version,
-            // DataNode.copyStat: the stored cversion counts creates; clients see creates plus
-            // deletes, i.e. 2 * creates - children (so a fresh /zookeeper shows -2).
-            cversion: s.cversion.wrapping_mul(2).wrapping_sub(s.num_children as i32),
-            aversion: s.aversion,
-            // DataNode.getClientEphemeralOwner: containers and TTL nodes show 0 to clients.
-            ephemeral_owner: match kind_of(s.ephemeral_owner) {
-                NodeKind::Ephemeral(owner) => owner,
-                _ => 0,
-            },
-            data_length: data_len as i32,
-            num_children: s.num_children as i32,
-            pzxid: s.pzxid,
-        }
+        self.stat.client(data_len)
     }
 
     /// What kind of node this is.
     pub fn kind(&self) -> NodeKind {
-        kind_of(self.stat.ephemeral_owner)
+        self.stat.kind()
     }
 }
 
@@ -338,7 +346,9 @@ impl DataTree {
 
     /// The digest computed from scratch, O(n).
     fn full_digest(&self) -> u64 {
-        self.nodes.iter().fold(0, |sum, (path, node)| digest::add(sum, digest::node(path, &node, node.data())))
+        self.nodes
+            .iter()
+            .fold(0, |sum, (path, node)| digest::add(sum, digest::node(path, node.acl, &node.stat, node.data())))
     }
 
     /// Replaces one node digest (or part of one) by another in the tree digest.
@@ -398,7 +408,7 @@ impl DataTree {
 
     fn read_node(&self, path: &str, perm: i32, ids: &[AuthId]) -> Result<NodeRef<'_>, TreeError> {
         let node = self.node(Self::read_key(path)).ok_or(TreeError::NoNode)?;
-        if !acl::allowed(&node.acl, perm, ids) {
+        if !acl::allowed(node.acl, perm, ids) {
             return Err(TreeError::NoAuth);
         }
         Ok(node)
@@ -425,8 +435,8 @@ impl DataTree {
     /// (ZooKeeper 3.8's `FinalRequestProcessor`, getACL case).
     pub fn get_acl(&self, path: &str, ids: &[AuthId]) -> Result<(Vec<AclEntry>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ | jute::perms::ADMIN, ids)?;
-        let mut acl = (*node.acl).clone();
-        if !acl::allowed(&node.acl, jute::perms::ADMIN, ids) {
+        let mut acl = (**node.acl).clone();
+        if !acl::allowed(node.acl, jute::perms::ADMIN, ids) {
             for a in acl.iter_mut().filter(|a| a.id.scheme == "digest") {
                 let user = a.id.id.split(':').next().unwrap_or("").to_owned();
                 a.id.id = format!("{user}:x");
@@ -542,18 +552,18 @@ impl DataTree {
                         path,
                         data.as_deref(),
                         |node| {
-                            if !acl::allowed(&node.acl, jute::perms::WRITE, &txn.auth) {
+                            if !acl::allowed(node.acl, jute::perms::WRITE, &txn.auth) {
                                 return Err(TreeError::NoAuth);
                             }
                             let new_version = check_version(node.stat.version, *version)?;
                             let old_len = node.data().map_or(0, <[u8]>::len) as i64;
-                            Ok((new_version, old_len, digest::node(path, &node, node.data())))
+                            Ok((new_version, old_len, digest::node(path, node.acl, &node.stat, node.data())))
                         },
                         |(new_version, old_len, old_digest), node| {
                             node.stat.version = new_version;
                             node.stat.mzxid = zxid;
                             node.stat.mtime = txn.time_ms;
-                            let new_digest = digest::node(path, node, data.as_deref());
+                            let new_digest = digest::node(path, &node.acl, &node.stat, data.as_deref());
                             let stat = node.client_stat(data.as_ref().map_or(0, Bytes::len));
                             (stat, node.acl.clone(), old_len, old_digest, new_digest)
                         },
@@ -568,18 +578,18 @@ impl DataTree {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
                 let fixed = acl::fixup(requested, &txn.auth).ok_or(TreeError::InvalidAcl)?;
                 let node = self.node(path).ok_or(TreeError::NoNode)?;
-                if !acl::allowed(&node.acl, jute::perms::ADMIN, &txn.auth) {
+                if !acl::allowed(node.acl, jute::perms::ADMIN, &txn.auth) {
                     return Err(TreeError::NoAuth);
                 }
                 let new_version = check_version(node.stat.aversion, *version)?;
-                let old_meta = digest::meta(path, &node);
+                let old_meta = digest::meta(path, node.acl, &node.stat);
                 let data_len = node.data().map_or(0, <[u8]>::len);
                 let (stat, new_meta) = self
                     .nodes
                     .update(path, |node| {
                         node.acl = Arc::new(fixed);
                         node.stat.aversion = new_version;
-                        (node.client_stat(data_len), digest::meta(path, node))
+                        (node.client_stat(data_len), digest::meta(path, &node.acl, &node.stat))
                     })
                     .ok_or(TreeError::NoNode)?;
                 self.digest_swap(old_meta, new_meta);
@@ -588,7 +598,7 @@ impl DataTree {
             TxnOp::Check { path, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
                 let node = self.node(path).ok_or(TreeError::NoNode)?;
-                if !acl::allowed(&node.acl, jute::perms::READ, &txn.auth) {
+                if !acl::allowed(node.acl, jute::perms::READ, &txn.auth) {
                     return Err(TreeError::NoAuth);
                 }
                 check_version(node.stat.version, *version)?;
@@ -629,7 +639,7 @@ impl DataTree {
             .update_checked(
                 parent_path,
                 |parent, nodes| {
-                    if !acl::allowed(&parent.acl, jute::perms::CREATE, &txn.auth) {
+                    if !acl::allowed(parent.acl, jute::perms::CREATE, &txn.auth) {
                         return Err(TreeError::NoAuth);
                     }
                     let path = if mode.is_sequential() {
@@ -648,22 +658,22 @@ impl DataTree {
                         return Err(TreeError::SessionExpired);
                     }
                     // Share the parent's ACL allocation when it is the same list (the common case).
-                    let shared_acl = if *parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
+                    let shared_acl = if **parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
                     Ok((path, shared_acl))
                 },
                 |(path, shared_acl), parent| {
-                    let before = digest::meta(parent_path, parent);
+                    let before = digest::meta(parent_path, &parent.acl, &parent.stat);
                     parent.stat.num_children += 1;
                     parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
                     parent.stat.pzxid = zxid;
-                    (path, shared_acl, before, parent.acl.clone(), digest::meta(parent_path, parent))
+                    (path, shared_acl, before, parent.acl.clone(), digest::meta(parent_path, &parent.acl, &parent.stat))
                 },
             )
             .ok_or(TreeError::NoNode)??;
         let node = Node::new(shared_acl, zxid, txn.time_ms, owner);
         let stat = node.client_stat(op.data.as_ref().map_or(0, Bytes::len));
         let node_acl = node.acl.clone();
-        let node_digest = digest::node(&path, &node, op.data.as_deref());
+        let node_digest = digest::node(&path, &node.acl, &node.stat, op.data.as_deref());
         self.digest_swap(parent_meta, new_parent_meta);
         self.digest_swap(0, node_digest);
         self.data_size += path.len() as i64 + op.data.as_ref().map_or(0, Bytes::len) as i64;
@@ -699,7 +709,7 @@ impl DataTree {
         }
         let parent_path = if last_slash == 0 { "/" } else { &path[..last_slash] };
         let parent = self.nodes.get(parent_path).ok_or(TreeError::NoNode)?;
-        if !acl::allowed(&parent.acl, jute::perms::DELETE, &txn.auth) {
+        if !acl::allowed(parent.acl, jute::perms::DELETE, &txn.auth) {
             return Err(TreeError::NoAuth);
         }
         let node = self.node(path).ok_or(TreeError::NoNode)?;
@@ -716,7 +726,7 @@ impl DataTree {
     fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
         let Some(node) = self.nodes.remove(path) else { return };
         let data = node.view().data();
-        self.digest_swap(digest::node(path, &node, data), 0);
+        self.digest_swap(digest::node(path, &node.acl, &node.stat, data), 0);
         self.data_size -= path.len() as i64 + data.map_or(0, <[u8]>::len) as i64;
         match node.kind() {
             NodeKind::Ephemeral(session) => {
@@ -732,12 +742,12 @@ impl DataTree {
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
         let mut parent_acl = SharedAcl::default();
         let parent = self.nodes.update(&parent_path, |parent| {
-            let before = digest::meta(&parent_path, parent);
+            let before = digest::meta(&parent_path, &parent.acl, &parent.stat);
             parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
             if zxid > parent.stat.pzxid {
                 parent.stat.pzxid = zxid;
             }
-            (before, parent.acl.clone(), digest::meta(&parent_path, parent))
+            (before, parent.acl.clone(), digest::meta(&parent_path, &parent.acl, &parent.stat))
         });
         if let Some((old_meta, acl, new_meta)) = parent {
             parent_acl = acl;

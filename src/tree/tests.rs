@@ -159,12 +159,18 @@ fn digest_delete_restores() {
     let mut t = DataTree::new();
     let _ = t.apply(1, &txn(0, create("/p", 0)));
     let before = t.digest();
-    let parent_before = digest::meta("/p", &t.node("/p").unwrap());
+    let parent_before = {
+        let n = t.node("/p").unwrap();
+        digest::meta("/p", n.acl, &n.stat)
+    };
     let _ = t.apply(2, &txn(0, create("/p/x", 0)));
     let _ = t.apply(3, &txn(0, set_data("/p/x", b"data")));
     assert_ne!(t.digest(), before);
     let _ = t.apply(4, &txn(0, TxnOp::Delete { path: "/p/x".into(), version: -1 }));
-    let parent_after = digest::meta("/p", &t.node("/p").unwrap());
+    let parent_after = {
+        let n = t.node("/p").unwrap();
+        digest::meta("/p", n.acl, &n.stat)
+    };
     assert_eq!(t.digest(), t.full_digest());
     assert_eq!(digest::add(digest::sub(t.digest(), parent_after), parent_before), before);
 }
