@@ -852,7 +852,7 @@ def _parse_frames(buf: bytes) -> tuple[list[bytes], bytes]:
 def python_watch(port: int, watchers: int, setup_timeout: float = 240.0, event_timeout: float = 60.0) -> dict:
     """`watchers` sessions each getData(watch=true) one node; one setData; time to the last event.
 
-    A raw-jute, single-threaded epoll client (the stand-in for `warden-bench --workload watch`,
+    A raw-jute, single-threaded epoll client (the default; `--watch-tool bench` uses `warden-bench --workload watch`,
     see README). Connections are opened in batches of 256; each does the handshake, then the
     watching getData; the clock starts just before the setData is sent and stops when the last
     NodeDataChanged notification (xid -1) has been read.
@@ -1596,7 +1596,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--bucket", type=int, default=1000, help="znodes per parent in the memory phase")
     ap.add_argument("--watch-tool", choices=["python", "bench"], default="python",
                     help="watch fan-out client: this script's raw-jute epoll client, or warden-bench --workload watch "
-                         "(which deadlocks until session expiry in the current build; see README)")
+                         "(see bench/README.md)")
     ap.add_argument("--ensemble", type=int, default=0, metavar="N",
                     help="run the throughput and latency phases against N-server ensembles of each kind "
                          "(N=3; 0 = standalone). Throughput clients are spread over all members, the latency "

@@ -438,18 +438,26 @@ async fn watch(args: Arc<Args>, root: String) -> Result<serde_json::Value, Bench
     call(&mut admin, &mut xid, create_req(node.clone(), Bytes::new())).await?;
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(args.clients.max(1));
     let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<Instant>(args.clients.max(1));
+    // Sessions that could not connect or set their watch (a server's per-client connection
+    // limit, say), reported rather than silently left out of `watchers`.
+    let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for i in 0..args.clients {
         let addr = servers[i % servers.len()].clone();
         let node = node.clone();
-        let (ready_tx, done_tx) = (ready_tx.clone(), done_tx.clone());
+        let (ready_tx, done_tx, failed) = (ready_tx.clone(), done_tx.clone(), failed.clone());
         let timeout = args.session_timeout;
         tokio::spawn(async move {
-            let Ok((mut conn, _)) = connect(&addr, timeout).await else { return };
+            let fail = || failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Ok((mut conn, _)) = connect(&addr, timeout).await else {
+                fail();
+                return;
+            };
             let mut xid = 0;
             if call(&mut conn, &mut xid, Request::GetData(jute::GetDataRequest { path: node, watch: true }))
                 .await
                 .is_err()
             {
+                fail();
                 return;
             }
             let _ = ready_tx.send(()).await;
@@ -487,8 +495,12 @@ async fn watch(args: Arc<Args>, root: String) -> Result<serde_json::Value, Bench
             break;
         }
     }
+    let failed = failed.load(std::sync::atomic::Ordering::Relaxed);
+    if failed > 0 {
+        eprintln!("warden-bench: {failed} of {} watcher sessions could not connect or set their watch", args.clients);
+    }
     Ok(serde_json::json!({
-        "workload": "watch", "watchers": watchers, "events": events,
+        "workload": "watch", "watchers": watchers, "failed_watchers": failed, "events": events,
         "last_event_ms": (last - t0).as_secs_f64() * 1000.0,
     }))
 }
