@@ -81,7 +81,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
-    match runtime.block_on(warden::server::run(config)) {
+    let result = runtime.block_on(warden::server::run(config));
+    // A snapshot still being written on a blocking thread would otherwise hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("warden: {e}");

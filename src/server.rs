@@ -222,10 +222,21 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         );
     }
     tracing::info!("stopping raft");
-    let _ = raft.shutdown().await;
+    // Raft stops after the state machine's current task, which may be a snapshot of a large
+    // tree being written. Every acknowledged write is already in the log, and a snapshot
+    // left unfinished is only a `.tmp` file the next start removes, so the wait is bounded.
+    if tokio::time::timeout(RAFT_STOP_LIMIT, raft.shutdown()).await.is_err() {
+        tracing::warn!(
+            limit_s = RAFT_STOP_LIMIT.as_secs(),
+            "raft did not stop in time (a snapshot still being written?): exiting without it"
+        );
+    }
     tracing::info!("stopped");
     Ok(())
 }
+
+/// How long shutdown waits for Raft to stop.
+pub const RAFT_STOP_LIMIT: Duration = Duration::from_secs(10);
 
 /// Whether this server may serve clients: it knows a leader and, if it is the leader, a quorum
 /// acknowledged it recently, or else it heard from the leader recently. Flips `serving`, which
