@@ -313,17 +313,25 @@ impl Entry {
     }
 
     fn stat(&self) -> NodeStat {
-        let l = self.layout();
-        decode(l.bits, &self.bytes()[l.stat_start..l.data_start])
+        self.stat_at(&self.layout())
     }
 
     fn data(&self) -> Option<&[u8]> {
-        let l = self.layout();
+        self.data_at(&self.layout())
+    }
+
+    fn stat_at(&self, l: &Layout) -> NodeStat {
+        decode(l.bits, &self.bytes()[l.stat_start..l.data_start])
+    }
+
+    fn data_at(&self, l: &Layout) -> Option<&[u8]> {
         (l.bits & stored::NULL == 0).then(|| &self.bytes()[l.data_start..])
     }
 
+    /// The Stat, ACL and data, from one reading of the layout (every read goes through here).
     fn view(&self) -> NodeRef<'_> {
-        NodeRef { stat: self.stat(), acl: self.acl(), data: self.data() }
+        let l = self.layout();
+        NodeRef { stat: self.stat_at(&l), acl: self.acl(), data: self.data_at(&l) }
     }
 
     fn node(&self) -> Node {
