@@ -413,14 +413,37 @@ const CHUNK: usize = 64;
 /// A chunk left with fewer entries than this joins a neighbour when the two fit in one.
 const CHUNK_LOW: usize = CHUNK / 4;
 
-/// Neighbouring entries in key order, in one array with room for [`CHUNK`].
+/// Slots a chunk's array grows by. Sixteen-byte entries make every step an allocator size
+/// class (128, 256, ... 1024 bytes), so a chunk wastes less than a step; an array with room for
+/// all [`CHUNK`] from the start cost the memory benchmark's load 8 bytes a znode more.
+const CHUNK_STEP: usize = 8;
+
+/// The array size for `len` entries and room to grow to the next step.
+fn chunk_room(len: usize) -> usize {
+    len.div_ceil(CHUNK_STEP).max(1) * CHUNK_STEP
+}
+
+/// Inserts into a chunk's array, growing it by one step (not doubling) when it is full.
+fn insert_at(v: &mut Vec<Entry>, at: usize, entry: Entry) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(CHUNK_STEP);
+    }
+    v.insert(at, entry);
+}
+
+/// Neighbouring entries in key order, at most [`CHUNK`], in an array that grows by
+/// [`CHUNK_STEP`].
 #[derive(Debug)]
 struct Chunk(Vec<Entry>);
 
 impl Chunk {
     fn with(entries: impl IntoIterator<Item = Entry>) -> Chunk {
-        let mut v = Vec::with_capacity(CHUNK);
-        v.extend(entries);
+        let entries = entries.into_iter();
+        let mut v = Vec::with_capacity(chunk_room(entries.size_hint().0));
+        for e in entries {
+            let at = v.len();
+            insert_at(&mut v, at, e);
+        }
         Chunk(v)
     }
 
@@ -430,8 +453,8 @@ impl Chunk {
 }
 
 impl Clone for Chunk {
-    /// A copy keeps the room to grow, so a chunk copied after a snapshot does not reallocate
-    /// on its next insert.
+    /// A copy keeps room to grow to the next step, so a chunk copied after a snapshot seldom
+    /// reallocates on its next insert.
     fn clone(&self) -> Chunk {
         Chunk::with(self.0.iter().cloned())
     }
@@ -440,6 +463,8 @@ impl Clone for Chunk {
 /// Moves a chunk's entries to the end of `to`, copying pointers only if a snapshot shares
 /// the chunk.
 fn append(to: &mut Vec<Entry>, chunk: Arc<Chunk>) {
+    let room = chunk_room(to.len() + chunk.0.len());
+    to.reserve_exact(room - to.len());
     match Arc::try_unwrap(chunk) {
         Ok(c) => to.extend(c.0),
         Err(shared) => to.extend(shared.0.iter().cloned()),
@@ -477,10 +502,11 @@ impl Deref for Removed {
 /// A full chunk that gets a key past its last one leaves that key to a new chunk, so keys
 /// created in order at the end of a chunk (a snapshot being loaded) fill chunks; any other
 /// insert into a full chunk cuts it where the key goes, within its middle third. The map's
-/// own nodes are a few per thousand znodes, so a znode costs the set 560 bytes (the chunk's
-/// array and `Arc`) over the chunk's fill: about 14 bytes at the 40 entries a chunk holds after
-/// the memory benchmark's load, against about 56 in a persistent set of the entries
-/// themselves (half-full 64-slot nodes that also carry 65 child pointers each).
+/// own nodes are a few per thousand znodes, and a chunk's array grows a step at a time, so a
+/// znode costs the set its 16-byte pointer and about 2 bytes of spare room and `Arc`: 20
+/// bytes a znode over its entry after the memory benchmark's load (`examples/tree_memory`),
+/// against about 56 in a persistent set of the entries themselves (half-full 64-slot nodes
+/// that also carry 65 child pointers each).
 #[derive(Debug, Clone, Default)]
 pub struct NodeMap {
     chunks: imbl::OrdMap<CompactString, Arc<Chunk>>,
@@ -593,7 +619,7 @@ impl NodeMap {
         };
         self.len += 1;
         if chunk.len() < CHUNK {
-            chunk.insert(at, entry);
+            insert_at(chunk, at, entry);
             return;
         }
         if at == chunk.len() {
@@ -605,8 +631,10 @@ impl NodeMap {
         let Some((_, chunk)) = self.chunks.get_prev_mut(entry.key()) else { return };
         let chunk = &mut Arc::make_mut(chunk).0;
         if next_has_room {
-            chunk.insert(at, entry);
-            if let Some(last) = chunk.pop() {
+            // Popped first, so the array stays at its size.
+            let last = chunk.pop();
+            insert_at(chunk, at, entry);
+            if let Some(last) = last {
                 self.insert_past_full(last);
             }
             return;
@@ -616,10 +644,13 @@ impl NodeMap {
         // no closer to an end than a third, so scattered keys leave no small chunks.
         let cut = at.clamp(CHUNK / 3, CHUNK - CHUNK / 3);
         let mut upper = Chunk::with(chunk.drain(cut..));
+        // The lower half moves to an array of its size: the allocator keeps a block that
+        // shrinks by less than half where it is, so `shrink_to` would free nothing.
+        *chunk = Chunk::with(chunk.drain(..)).0;
         if at <= cut {
-            chunk.insert(at, entry);
+            insert_at(chunk, at, entry);
         } else {
-            upper.0.insert(at - cut, entry);
+            insert_at(&mut upper.0, at - cut, entry);
         }
         // A new chunk is never empty.
         if let Some(first) = upper.0.first() {
@@ -640,7 +671,7 @@ impl NodeMap {
         let chunk = match next.and_then(|k| self.chunks.remove(&k)) {
             Some(next) => {
                 let mut chunk = Arc::unwrap_or_clone(next);
-                chunk.0.insert(0, entry);
+                insert_at(&mut chunk.0, 0, entry);
                 chunk
             }
             None => Chunk::with([entry]),
@@ -1021,6 +1052,11 @@ mod tests {
             assert_eq!(count, self.len);
         }
 
+        /// The most spare slots any chunk's array has.
+        fn most_room(&self) -> usize {
+            self.chunks.values().map(|c| c.0.capacity() - c.0.len()).max().unwrap_or(0)
+        }
+
         /// Entries per chunk, on average.
         fn fill(&self) -> f64 {
             self.len as f64 / self.chunks.len().max(1) as f64
@@ -1141,6 +1177,8 @@ mod tests {
         }
         scattered.check_layout();
         assert!(scattered.fill() > CHUNK as f64 * 0.5, "scattered: {}", scattered.fill());
+        // However they were cut, arrays grown only by inserts waste less than a step.
+        assert!(in_order.most_room() < CHUNK_STEP && scattered.most_room() < CHUNK_STEP);
         for i in 0..10_000i64 {
             assert!(scattered.remove(&format!("/q/n{i}")).is_some());
             if i % 1000 == 0 {
@@ -1155,6 +1193,7 @@ mod tests {
         }
         descending.check_layout();
         assert!(descending.fill() > CHUNK as f64 * 0.45, "descending: {}", descending.fill());
+        assert!(descending.most_room() < CHUNK_STEP, "descending: {} spare", descending.most_room());
         let mut after_full = NodeMap::default();
         for i in 0..CHUNK as i64 {
             insert(&mut after_full, &format!("/q/n{i:010}"), i);
