@@ -1587,9 +1587,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--zk-heap", default="2g", help="ZooKeeper -Xmx")
     ap.add_argument("--zk-java-opts", default="", help="extra JVM options for ZooKeeper (e.g. '-XX:+UseSerialGC')")
     ap.add_argument("--listen-backlog", type=int, default=1024,
-                    help="clientPortListenBacklog in zoo.cfg (ZooKeeper's default is 50, which makes bursts of "
-                         "connects stall 1 s on SYN retransmits; Warden ignores the key and its tokio listener uses "
-                         "1024); 0 = leave the key out")
+                    help="clientPortListenBacklog in zoo.cfg for both servers (ZooKeeper's default is 50, which "
+                         "makes bursts of connects stall 1 s on SYN retransmits; Warden's is 1024, and before "
+                         "2026-12-02 it ignored the key and listened with 128); 0 = leave the key out")
     ap.add_argument("--restart-timeout", type=float, default=600.0, help="seconds to wait for the first read after a restart")
     ap.add_argument("--loader-conns", type=int, default=4, help="sessions used by the znode loader")
     ap.add_argument("--loader-window", type=int, default=500, help="creates in flight per loader session")

@@ -207,6 +207,31 @@ def test_default_whitelist_is_srvr_only(server_factory, kind):
         assert fl(srv, word) == REFUSAL.format(word)
 
 
+def listen_backlog(port: int) -> int:
+    """The accept queue's size for the listening socket on 127.0.0.1:port, as `ss` shows it."""
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1, out
+    return int(lines[0][2])  # State Recv-Q Send-Q ...: Send-Q is the backlog
+
+
+@BOTH
+def test_client_port_listen_backlog_is_honoured(server_factory, kind):
+    """clientPortListenBacklog sets the client port's accept queue, and conf reports it."""
+    srv = server_factory(kind, extra_cfg={"clientPortListenBacklog": 300})
+    assert listen_backlog(srv.port) == 300
+    assert dict(line.split("=", 1) for line in fl(srv, "conf").splitlines())["clientPortListenBacklog"] == "300"
+
+
+def test_default_listen_backlog_is_1024(shared_server):
+    """Unset, Warden's backlog is 1024, not the 128 of a plain bind: a burst of reconnects
+    (every client of a failed server) overflowed 128, and each SYN dropped there waited a
+    second to be sent again (ZooKeeper's JVM default is 50, with the same effect)."""
+    if shared_server.kind != "warden":
+        pytest.skip("ZooKeeper's default backlog is the JVM's")
+    assert listen_backlog(shared_server.port) == 1024
+
+
 # --------------------------------------------------------------------------- one test per word
 
 

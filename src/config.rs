@@ -87,6 +87,9 @@ pub struct Config {
     pub client_port_address: IpAddr,
     /// Max concurrent connections per client IP; 0 = unlimited.
     pub max_client_cnxns: usize,
+    /// `clientPortListenBacklog` as written (-1 when unset, as ZooKeeper reports it); see
+    /// [`Config::listen_backlog`].
+    pub client_port_listen_backlog: i32,
     pub min_session_timeout_ms: i32,
     pub max_session_timeout_ms: i32,
     pub snap_count: u64,
@@ -130,6 +133,7 @@ impl Default for Config {
             client_port: 2181,
             client_port_address: IpAddr::from([127, 0, 0, 1]),
             max_client_cnxns: 60,
+            client_port_listen_backlog: -1,
             min_session_timeout_ms: 2 * tick as i32,
             max_session_timeout_ms: 20 * tick as i32,
             snap_count: 100_000,
@@ -194,7 +198,19 @@ pub fn read_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigEr
     Ok(out)
 }
 
+/// The client port's listen backlog when `clientPortListenBacklog` is unset or not positive.
+/// ZooKeeper then takes the JVM's 50; a reconnect storm (every client of a failed server at
+/// once) overflows that, and each connection dropped there waits a second for its SYN to be
+/// sent again. The kernel caps it at `net.core.somaxconn`.
+pub const DEFAULT_LISTEN_BACKLOG: u32 = 1024;
+
 impl Config {
+    /// The client port's listen backlog: `clientPortListenBacklog` when positive, else
+    /// [`DEFAULT_LISTEN_BACKLOG`].
+    pub fn listen_backlog(&self) -> u32 {
+        u32::try_from(self.client_port_listen_backlog).ok().filter(|&b| b > 0).unwrap_or(DEFAULT_LISTEN_BACKLOG)
+    }
+
     /// Applies zoo.cfg properties over the defaults.
     pub fn from_properties(props: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
         // With a zoo.cfg, metrics are served when it names the Prometheus provider, as in ZooKeeper.
@@ -219,6 +235,7 @@ impl Config {
                 "clientPort" => c.client_port = parse(raw_key, value)?,
                 "clientPortAddress" => c.client_port_address = parse(raw_key, value)?,
                 "maxClientCnxns" => c.max_client_cnxns = parse(raw_key, value)?,
+                "clientPortListenBacklog" => c.client_port_listen_backlog = parse(raw_key, value)?,
                 "minSessionTimeout" => min_set = Some(parse::<i32>(raw_key, value)?),
                 "maxSessionTimeout" => max_set = Some(parse::<i32>(raw_key, value)?),
                 "snapCount" => {
@@ -276,8 +293,7 @@ impl Config {
                 | "metricsProvider.exportJvmInfo"
                 | "forceSync"
                 | "preAllocSize"
-                | "globalOutstandingLimit"
-                | "clientPortListenBacklog" => {
+                | "globalOutstandingLimit" => {
                     tracing::debug!(key = raw_key.as_str(), "accepted and not used by Warden");
                 }
                 _ => {
@@ -352,6 +368,21 @@ mod tests {
         assert!(err.contains("clientPort") && err.contains("abc"), "{err}");
         let err = Config::from_properties(&props(&[("zookeeper.extendedTypesEnabled", "maybe")])).unwrap_err();
         assert!(err.to_string().contains("extendedTypesEnabled"));
+    }
+
+    #[test]
+    fn listen_backlog() {
+        let backlog = |v: Option<&str>| {
+            let p = v.map_or_else(BTreeMap::new, |v| props(&[("clientPortListenBacklog", v)]));
+            let c = Config::from_properties(&p).unwrap();
+            (c.client_port_listen_backlog, c.listen_backlog())
+        };
+        assert_eq!(backlog(None), (-1, DEFAULT_LISTEN_BACKLOG));
+        assert_eq!(backlog(Some("-1")), (-1, DEFAULT_LISTEN_BACKLOG));
+        assert_eq!(backlog(Some("0")), (0, DEFAULT_LISTEN_BACKLOG));
+        assert_eq!(backlog(Some("50")), (50, 50));
+        let err = Config::from_properties(&props(&[("clientPortListenBacklog", "lots")])).unwrap_err();
+        assert!(err.to_string().contains("clientPortListenBacklog"), "{err}");
     }
 
     #[test]

@@ -55,6 +55,16 @@ pub enum ServerError {
     Listen { addr: SocketAddr, source: std::io::Error },
 }
 
+/// A listening socket on `addr` with `backlog` connections queued for accept at most, with
+/// `SO_REUSEADDR` as `TcpListener::bind` sets it (whose backlog of 128 a burst of connects
+/// overflowed).
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -162,8 +172,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
             .and_then(|mut a| a.next())
             .ok_or_else(|| ServerError::Raft(format!("cannot resolve peer address {}", me.peer_addr())))?;
         let bind = SocketAddr::new(if addr.ip().is_loopback() { addr.ip() } else { [0, 0, 0, 0].into() }, addr.port());
-        let peer_listener =
-            tokio::net::TcpListener::bind(bind).await.map_err(|source| ServerError::Listen { addr: bind, source })?;
+        let peer_listener = listen(bind, crate::config::DEFAULT_LISTEN_BACKLOG)
+            .map_err(|source| ServerError::Listen { addr: bind, source })?;
         tracing::info!(%bind, "peer port listening");
         let (h, stop) = (Arc::new(dispatcher.clone()), stop_rx.clone());
         tasks.push(tokio::spawn(crate::peer::serve(peer_listener, h, stop)));
@@ -189,8 +199,8 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         None => (config.client_port_address, config.client_port),
     };
     let addr = SocketAddr::new(client_ip, client_port);
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Listen { addr, source })?;
-    tracing::info!(%addr, data_dir = %config.data_dir.display(), server_id = id, "serving clients");
+    let listener = listen(addr, config.listen_backlog()).map_err(|source| ServerError::Listen { addr, source })?;
+    tracing::info!(%addr, backlog = config.listen_backlog(), data_dir = %config.data_dir.display(), server_id = id, "serving clients");
 
     tasks.push(tokio::spawn(expire_sessions(dispatcher.clone(), stop_rx.clone())));
     tasks.push(tokio::spawn(reap_containers(dispatcher.clone(), stop_rx.clone())));

@@ -209,7 +209,7 @@ pub fn configuration(d: &Dispatcher) -> Vec<(String, String)> {
         ("maxClientCnxns".into(), c.max_client_cnxns.to_string()),
         ("minSessionTimeout".into(), c.min_session_timeout_ms.to_string()),
         ("maxSessionTimeout".into(), c.max_session_timeout_ms.to_string()),
-        ("clientPortListenBacklog".into(), "-1".into()),
+        ("clientPortListenBacklog".into(), c.client_port_listen_backlog.to_string()),
         ("serverId".into(), c.server_id.to_string()),
     ]
 }
