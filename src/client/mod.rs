@@ -181,7 +181,7 @@ fn notification(e: Event) -> ServerMessage {
 }
 
 /// A connection's first read buffer. Both buffers grow as a connection's traffic needs;
-/// tokio-util's 8 KiB each made an idle session cost 19.3 KiB of RSS, these 13.5 KiB
+/// tokio-util's 8 KiB each made an idle session cost 19.3 KiB of RSS, these 13.6 KiB
 /// (10,000 sessions of `warden-bench --workload sessions`). A read buffer of 512 bytes cost
 /// 16×8 gets 7-10%: the decoded frames share the buffer, so a small one is replaced often.
 const READ_BUFFER: usize = 2048;

@@ -503,8 +503,8 @@ impl Deref for Removed {
 /// created in order at the end of a chunk (a snapshot being loaded) fill chunks; any other
 /// insert into a full chunk cuts it where the key goes, within its middle third. The map's
 /// own nodes are a few per thousand znodes, and a chunk's array grows a step at a time, so a
-/// znode costs the set its 16-byte pointer and about 2 bytes of spare room and `Arc`: 20
-/// bytes a znode over its entry after the memory benchmark's load (`examples/tree_memory`),
+/// znode costs the set its 16-byte pointer plus about 4 bytes of spare room, `Arc` and map
+/// nodes: 20 bytes a znode over its entry after the memory benchmark's load (`examples/tree_memory`),
 /// against about 56 in a persistent set of the entries themselves (half-full 64-slot nodes
 /// that also carry 65 child pointers each).
 #[derive(Debug, Clone, Default)]
