@@ -328,9 +328,9 @@ def machine_info() -> dict:
 # ---------------------------------------------------------------------------
 # Servers
 # ---------------------------------------------------------------------------
-def server_cfg_lines(opts: argparse.Namespace, data_dir, port: int) -> list[str]:
+def server_cfg_lines(opts: argparse.Namespace, kind: str, data_dir, port: int) -> list[str]:
     """zoo.cfg lines shared by standalone servers and ensemble members (which add initLimit,
-    syncLimit and the server.N lines)."""
+    syncLimit and the server.N lines); Warden's also get --warden-cfg."""
     return [
         f"tickTime={TICK_TIME_MS}",
         f"dataDir={data_dir}",
@@ -342,6 +342,7 @@ def server_cfg_lines(opts: argparse.Namespace, data_dir, port: int) -> list[str]
         *([f"clientPortListenBacklog={opts.listen_backlog}"] if opts.listen_backlog > 0 else []),
         "4lw.commands.whitelist=*",
         "admin.enableServer=false",
+        *(opts.warden_cfg if kind == "warden" else []),
     ]
 
 
@@ -376,7 +377,7 @@ class Server:
         self.log_path = self.base / "server.log"
         self.proc: subprocess.Popen | None = None
         self._logf = None
-        self.cfg.write_text("\n".join(server_cfg_lines(opts, self.data_dir, self.port)) + "\n")
+        self.cfg.write_text("\n".join(server_cfg_lines(opts, kind, self.data_dir, self.port)) + "\n")
 
     @property
     def label(self) -> str:
@@ -515,7 +516,7 @@ def bench_member_factory(opts: argparse.Namespace):
 
     class BenchMember(ensemble.Member):
         def _default_config_lines(self) -> list[str]:
-            return server_cfg_lines(opts, self.data_dir, self.port)
+            return server_cfg_lines(opts, self.kind, self.data_dir, self.port)
 
         def command(self) -> list[str]:
             return server_command(opts, self.kind, self.conf_path)
@@ -1585,6 +1586,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--warden-bin", default=str(REPO_ROOT / "target/release/warden"))
     ap.add_argument("--bench-bin", default=str(REPO_ROOT / "target/release/warden-bench"))
     ap.add_argument("--zk-heap", default="2g", help="ZooKeeper -Xmx")
+    ap.add_argument("--warden-cfg", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra zoo.cfg lines for Warden only (e.g. runtime.spreadWorkers=false)")
     ap.add_argument("--zk-java-opts", default="", help="extra JVM options for ZooKeeper (e.g. '-XX:+UseSerialGC')")
     ap.add_argument("--listen-backlog", type=int, default=1024,
                     help="clientPortListenBacklog in zoo.cfg for both servers (ZooKeeper's default is 50, which "

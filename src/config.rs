@@ -121,6 +121,9 @@ pub struct Config {
     pub raft_heartbeat_ms: Option<u64>,
     /// `raft.electionTimeoutMs` (Warden's own key); default 3 heartbeats.
     pub raft_election_timeout_ms: Option<u64>,
+    /// `runtime.spreadWorkers` (Warden's own key): `auto` (default), `true` or `false`; see
+    /// [`crate::placement`].
+    pub spread_workers: crate::placement::Mode,
 }
 
 impl Default for Config {
@@ -157,6 +160,7 @@ impl Default for Config {
             sync_limit: 5,
             raft_heartbeat_ms: None,
             raft_election_timeout_ms: None,
+            spread_workers: crate::placement::Mode::Auto,
         }
     }
 }
@@ -278,6 +282,17 @@ impl Config {
                 "syncLimit" => c.sync_limit = parse(raw_key, value)?,
                 "raft.heartbeatMs" => c.raft_heartbeat_ms = Some(parse(raw_key, value)?),
                 "raft.electionTimeoutMs" => c.raft_election_timeout_ms = Some(parse(raw_key, value)?),
+                "runtime.spreadWorkers" => {
+                    c.spread_workers = if value.trim().eq_ignore_ascii_case("auto") {
+                        crate::placement::Mode::Auto
+                    } else if parse_bool(raw_key, value)
+                        .map_err(|_| bad(raw_key, value, "expected auto, true or false"))?
+                    {
+                        crate::placement::Mode::Always
+                    } else {
+                        crate::placement::Mode::Never
+                    };
+                }
                 k if k.starts_with("server.") => {
                     let id = parse::<u64>(raw_key, &k["server.".len()..])?;
                     if id == 0 || id > 254 {
@@ -383,6 +398,19 @@ mod tests {
         assert_eq!(backlog(Some("50")), (50, 50));
         let err = Config::from_properties(&props(&[("clientPortListenBacklog", "lots")])).unwrap_err();
         assert!(err.to_string().contains("clientPortListenBacklog"), "{err}");
+    }
+
+    #[test]
+    fn spread_workers() {
+        use crate::placement::Mode;
+        let mode = |v: &str| Config::from_properties(&props(&[("runtime.spreadWorkers", v)])).map(|c| c.spread_workers);
+        assert_eq!(Config::default().spread_workers, Mode::Auto);
+        assert_eq!(mode("auto").unwrap(), Mode::Auto);
+        assert_eq!(mode("AUTO").unwrap(), Mode::Auto);
+        assert_eq!(mode("true").unwrap(), Mode::Always);
+        assert_eq!(mode("false").unwrap(), Mode::Never);
+        let err = mode("sometimes").unwrap_err().to_string();
+        assert!(err.contains("runtime.spreadWorkers") && err.contains("auto, true or false"), "{err}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`session`]: session liveness and expiry (the expirer proposes CloseSession).
 //! - [`admin`]: four-letter words.
 //! - [`config`]: zoo.cfg and command-line flags into one validated `Config`.
+//! - [`placement`]: which CPUs the runtime's worker threads run on, following the load.
 //! - [`server`]: the composition root.
 
 pub mod admin;
@@ -21,6 +22,7 @@ pub mod config;
 pub mod dispatch;
 pub mod failover;
 pub mod peer;
+pub mod placement;
 pub mod raft;
 pub mod server;
 pub mod session;

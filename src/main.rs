@@ -74,14 +74,22 @@ fn main() -> std::process::ExitCode {
     if let Some(a) = args.client_port_address {
         config.client_port_address = a;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    // Each worker applies the placement itself when it wakes (see `warden::placement`); the
+    // server's controller changes it with the load.
+    let placement = warden::placement::Placement::new(config.spread_workers);
+    if let Some(p) = placement.clone() {
+        builder.on_thread_unpark(move || p.on_unpark());
+    }
+    let runtime = match builder.build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("warden: cannot start the runtime: {e}");
             return std::process::ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(warden::server::run(config));
+    let result = runtime.block_on(warden::server::run(config, placement));
     // A snapshot still being written on a blocking thread would otherwise hold the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {

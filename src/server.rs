@@ -69,8 +69,9 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Runs a standalone server until a shutdown signal.
-pub async fn run(config: Config) -> Result<(), ServerError> {
+/// Runs a server until a shutdown signal. `placement`, when the runtime was built with its
+/// unpark hook, is steered by the load from here (see [`crate::placement`]).
+pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placement>>) -> Result<(), ServerError> {
     let config = Arc::new(config);
     let metrics_handle = if config.metrics_enable { crate::admin::metrics::install() } else { None };
     let layout = crate::raft::layout::DataLayout::new(&config.data_dir, &config.data_log_dir);
@@ -190,6 +191,10 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
             dispatcher.leader_contact.clone(),
             stop_rx.clone(),
         )));
+    }
+    if let Some(p) = placement {
+        let stats = dispatcher.stats.clone();
+        tasks.push(tokio::spawn(crate::placement::adapt(p, move || stats.take_active_connections(), stop_rx.clone())));
     }
     tasks.push(tokio::spawn(watch_quorum(dispatcher.clone(), serving_tx, stop_rx.clone())));
     tasks.push(tokio::spawn(snapshot_by_txns(dispatcher.clone(), stop_rx.clone())));

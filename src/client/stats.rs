@@ -118,6 +118,9 @@ pub struct ConnStats {
     pub last_response_ms: AtomicI64,
     pub last_latency_ms: AtomicU64,
     pub latency: Latency,
+    /// The activity window (see [`ServerStats::take_active_connections`]) in which this
+    /// connection last sent a packet.
+    active_window: AtomicU64,
 }
 
 impl ConnStats {
@@ -229,6 +232,12 @@ pub struct ServerStats {
     /// level). Reported only; Warden's logging is configured with `RUST_LOG`.
     pub trace_mask: AtomicI64,
     conns: Mutex<HashMap<u64, Arc<ConnStats>>>,
+    /// The current activity window, and how many connections have sent a packet in it: how
+    /// many clients the server is serving at once (the worker placement follows it, see
+    /// `crate::placement`). Counting costs a connection one shared load per packet and one
+    /// shared increment per window, not a walk over every connection.
+    window: AtomicU64,
+    active_in_window: AtomicU64,
 }
 
 thread_local! {
@@ -261,6 +270,8 @@ impl Default for ServerStats {
             sent_total: AtomicU64::new(0),
             trace_mask: AtomicI64::new(crate::admin::four_letter::DEFAULT_TRACE_MASK),
             conns: Mutex::new(HashMap::new()),
+            window: AtomicU64::new(0),
+            active_in_window: AtomicU64::new(0),
         }
     }
 }
@@ -287,6 +298,7 @@ impl ServerStats {
             last_response_ms: AtomicI64::new(0),
             last_latency_ms: AtomicU64::new(0),
             latency: Latency::default(),
+            active_window: AtomicU64::new(u64::MAX),
         });
         self.conns().insert(id, c.clone());
         c
@@ -319,6 +331,19 @@ impl ServerStats {
         self.received.fetch_add(1, Ordering::Relaxed);
         self.received_total.fetch_add(1, Ordering::Relaxed);
         conn.received.fetch_add(1, Ordering::Relaxed);
+        let window = self.window.load(Ordering::Relaxed);
+        if conn.active_window.load(Ordering::Relaxed) != window
+            && conn.active_window.swap(window, Ordering::Relaxed) != window
+        {
+            self.active_in_window.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Closes the current activity window: the number of connections that sent a packet
+    /// since the previous call.
+    pub fn take_active_connections(&self) -> u64 {
+        self.window.fetch_add(1, Ordering::Relaxed);
+        self.active_in_window.swap(0, Ordering::Relaxed)
     }
 
     /// Records a reply or notification sent, with the request's latency for replies.
