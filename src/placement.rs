@@ -19,7 +19,8 @@
 //! client never has them pinned, however fast it sends.
 //!
 //! A worker applies a change itself, the next time it wakes from parking (tokio's
-//! `on_thread_unpark`), with `sched_setaffinity` on its own thread. Blocking threads and
+//! `on_thread_unpark`), with `sched_setaffinity` on its own thread; after a change the
+//! controller spawns a no-op task per worker so that idle ones wake and apply it too. Blocking threads and
 //! threads of Warden's own (the log writer) are never pinned.
 
 use std::cell::Cell;
@@ -108,12 +109,15 @@ impl Placement {
         self.spread.load(Ordering::Acquire)
     }
 
-    fn set_spread(&self, spread: bool) {
-        if self.spread.swap(spread, Ordering::AcqRel) != spread {
-            self.generation.fetch_add(1, Ordering::AcqRel);
-            metrics::gauge!(names::SPREAD).set(if spread { 1.0 } else { 0.0 });
-            tracing::debug!(spread, "worker placement changed");
+    /// Changes the placement; true when it changed.
+    fn set_spread(&self, spread: bool) -> bool {
+        if self.spread.swap(spread, Ordering::AcqRel) == spread {
+            return false;
         }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        metrics::gauge!(names::SPREAD).set(if spread { 1.0 } else { 0.0 });
+        tracing::debug!(spread, "worker placement changed");
+        true
     }
 
     /// The CPUs worker `index` may run on now.
@@ -174,7 +178,15 @@ pub async fn adapt(
             _ = stop.changed() => return,
         }
         mean += SAMPLE_WEIGHT * (take_active() as f64 - mean);
-        placement.set_spread(decide(placement.is_spread(), mean));
+        if placement.set_spread(decide(placement.is_spread(), mean)) {
+            // A parked worker applies the change only when it next wakes; an idle one could
+            // sleep on with the old placement. Tasks spawned here wake the parked workers (a
+            // second spawn pushes the first to the stealable queue and wakes one).
+            let workers = tokio::runtime::Handle::current().metrics().num_workers();
+            for _ in 0..workers {
+                tokio::spawn(async {});
+            }
+        }
     }
 }
 
@@ -209,7 +221,8 @@ mod tests {
         let p = Placement::with_cpus(Mode::Auto, vec![2, 5]).expect("two cpus");
         let all = p.cpus_for(0);
         assert!(all.is_set(2).unwrap_or(false) && all.is_set(5).unwrap_or(false));
-        p.set_spread(true);
+        assert!(p.set_spread(true));
+        assert!(!p.set_spread(true), "no change, no wake-ups");
         for (worker, cpu) in [(0, 2), (1, 5), (2, 2)] {
             let set = p.cpus_for(worker);
             let on: Vec<usize> = (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect();
@@ -248,9 +261,9 @@ mod tests {
                 counts
             })
         };
-        p.set_spread(true);
+        assert!(p.set_spread(true));
         assert!(allowed_per_worker(&rt).iter().all(|&n| n == 1), "spread: one CPU per worker");
-        p.set_spread(false);
+        assert!(p.set_spread(false));
         assert!(allowed_per_worker(&rt).iter().all(|&n| n == p.cpus.len()), "freed: every allowed CPU");
     }
 }
