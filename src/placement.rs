@@ -37,7 +37,7 @@ use nix::unistd::Pid;
 /// `runtime.spreadWorkers` (Warden's own zoo.cfg key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Spread while requests overlap, free otherwise (the default).
+    /// Spread while several clients send at once, free otherwise (the default).
     Auto,
     /// Always one worker to a CPU.
     Always,
