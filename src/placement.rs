@@ -20,8 +20,8 @@
 //!
 //! A worker applies a change itself, the next time it wakes from parking (tokio's
 //! `on_thread_unpark`), with `sched_setaffinity` on its own thread; after a change the
-//! controller spawns a no-op task per worker so that idle ones wake and apply it too. Blocking threads and
-//! threads of Warden's own (the log writer) are never pinned.
+//! controller spawns a no-op task per worker so that idle ones wake and apply it too.
+//! Blocking threads and threads of Warden's own (the log writer) are never pinned.
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
@@ -60,6 +60,11 @@ pub mod names {
     pub const SPREAD: &str = "warden_runtime_workers_spread";
 }
 
+/// The CPUs in `set`, in order.
+fn cpus_in(set: &CpuSet) -> Vec<usize> {
+    (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect()
+}
+
 /// The placement shared by the controller and the workers' unpark hook.
 pub struct Placement {
     /// The CPUs this process may run on, as found at start.
@@ -87,8 +92,7 @@ impl Placement {
                 return None;
             }
         };
-        let cpus: Vec<usize> = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect();
-        Self::with_cpus(mode, cpus)
+        Self::with_cpus(mode, cpus_in(&allowed))
     }
 
     fn with_cpus(mode: Mode, cpus: Vec<usize>) -> Option<Arc<Placement>> {
@@ -219,14 +223,11 @@ mod tests {
     #[test]
     fn spread_workers_take_one_allowed_cpu_each() {
         let p = Placement::with_cpus(Mode::Auto, vec![2, 5]).expect("two cpus");
-        let all = p.cpus_for(0);
-        assert!(all.is_set(2).unwrap_or(false) && all.is_set(5).unwrap_or(false));
+        assert_eq!(cpus_in(&p.cpus_for(0)), vec![2, 5]);
         assert!(p.set_spread(true));
         assert!(!p.set_spread(true), "no change, no wake-ups");
         for (worker, cpu) in [(0, 2), (1, 5), (2, 2)] {
-            let set = p.cpus_for(worker);
-            let on: Vec<usize> = (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect();
-            assert_eq!(on, vec![cpu], "worker {worker}");
+            assert_eq!(cpus_in(&p.cpus_for(worker)), vec![cpu], "worker {worker}");
         }
     }
 
@@ -251,8 +252,7 @@ mod tests {
                 for _ in 0..8 {
                     let n = tokio::spawn(async {
                         tokio::time::sleep(Duration::from_millis(5)).await;
-                        let set = nix::sched::sched_getaffinity(Pid::from_raw(0)).expect("affinity");
-                        (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).count()
+                        cpus_in(&nix::sched::sched_getaffinity(Pid::from_raw(0)).expect("affinity")).len()
                     })
                     .await
                     .expect("join");
