@@ -325,12 +325,14 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
             PeerRequest::PreVote { candidate, last_log } => {
                 let _ = out.send((id, PeerResponse::PreVote(h.pre_vote(candidate, last_log)))).await;
             }
+            // On this task: openraft sends each connection's AppendEntries one at a time (a
+            // replication stream, or a heartbeat worker, awaits each answer), so a task per
+            // request would only add a hop. Each hop wakes the runtime's other worker once
+            // tokio's LIFO slot is spent, and that wake-up costs a follower more than the hop.
             PeerRequest::AppendEntries(rpc) => {
                 heard(&*h, &rpc.vote);
-                let raft = h.raft().clone();
-                tokio::spawn(async move {
-                    let _ = out.send((id, PeerResponse::AppendEntries(raft.append_entries(rpc).await))).await;
-                });
+                let resp = h.raft().append_entries(rpc).await;
+                let _ = out.send((id, PeerResponse::AppendEntries(resp))).await;
             }
             PeerRequest::Vote(rpc) => {
                 let raft = h.raft().clone();
