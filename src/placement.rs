@@ -22,6 +22,25 @@
 //! `on_thread_unpark`), with `sched_setaffinity` on its own thread; after a change the
 //! controller spawns a no-op task per worker so that idle ones wake and apply it too.
 //! Blocking threads and threads of Warden's own (the log writer) are never pinned.
+//!
+//! **At low load, one worker.** Whenever a worker finds more than one task ready (and a
+//! chain of task hand-offs, as in openraft's core, state machine and I/O completion tasks,
+//! soon exhausts tokio's LIFO slot), tokio wakes a parked worker to share the work. At one
+//! client's pace there is none to share: the woken worker finds the queue empty and parks
+//! again, and on this machine it often preempted the worker that had the work on the way.
+//! A follower in a 3-member ensemble switched threads 36 times per 1×1 write across the three
+//! processes, 19 with one worker (BENCHMARKS.md, twentieth pass). So in `auto` mode, while
+//! fewer than [`SPREAD_AT`] clients send at once, the server receives fewer than
+//! [`RELEASE_AT_REQUESTS`] client packets per window and applies fewer than
+//! [`RELEASE_AT_TXNS`] txns ([`ENSEMBLE_RELEASE_AT_TXNS`] on an ensemble member, whose
+//! writes lose by it), all workers but one wait in tokio's `on_thread_park` hook
+//! ([`Placement::on_park`]).
+//! tokio counts them as awake and not searching, so it wakes none of them; the one left
+//! serves everything, parked on the I/O driver when idle. They are released as soon as
+//! the controller sees more load, and each returns by itself after [`HOLD_AT_MOST`] (then
+//! parks as tokio would have it), so no task waits long for one. One heavily pipelined
+//! client (1×32 gets) lost a quarter of its throughput with one worker, and a follower that
+//! only replicates a heavy write load lost a tenth, hence the bounds.
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
@@ -29,6 +48,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::Condvar;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::sched::CpuSet;
@@ -37,7 +58,8 @@ use nix::unistd::Pid;
 /// `runtime.spreadWorkers` (Warden's own zoo.cfg key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Spread while several clients send at once, free otherwise (the default).
+    /// Spread while several clients send at once, free otherwise, and all workers but one
+    /// held while a lone client sends (the default).
     Auto,
     /// Always one worker to a CPU.
     Always,
@@ -49,6 +71,29 @@ pub enum Mode {
 pub const SPREAD_AT: f64 = 2.0;
 /// Mean connections active per window below which spread workers are freed again.
 pub const FREE_BELOW: f64 = 1.5;
+/// Mean client packets per window at and above which no worker is held (20,000 a second).
+pub const RELEASE_AT_REQUESTS: f64 = 500.0;
+/// Mean client packets per window below which workers are held again (15,000 a second).
+pub const HOLD_BELOW_REQUESTS: f64 = 375.0;
+/// Mean txns applied per window at and above which no worker is held (10,000 a second): a
+/// write costs a log append, an apply and, in an ensemble, replication, wherever it came from.
+pub const RELEASE_AT_TXNS: f64 = 250.0;
+/// Mean txns applied per window below which workers are held again (7,500 a second).
+pub const HOLD_BELOW_TXNS: f64 = 187.5;
+/// [`RELEASE_AT_TXNS`] for an ensemble member (200 a second): held workers cost its writes
+/// more than they save. Its log writer thread wakes openraft from outside the runtime, and a
+/// follower's fsync blocks its one free worker while the next message waits; with workers
+/// held at 1×1 writes, a follower's client saw p99 3.6 ms against 1.6, p50 unchanged
+/// (BENCHMARKS.md, twentieth pass). Reads keep the gain.
+pub const ENSEMBLE_RELEASE_AT_TXNS: f64 = 5.0;
+/// [`HOLD_BELOW_TXNS`] for an ensemble member (100 a second).
+pub const ENSEMBLE_HOLD_BELOW_TXNS: f64 = 2.5;
+/// How long a worker is held in the park hook at most before it parks as tokio would have it.
+/// A worker held there still counts as searching for work if it was when it came to park,
+/// and tokio wakes nobody for a task scheduled from outside the runtime while one searches:
+/// such a task may wait this long when the free worker is parked too. Threads of Warden's
+/// own that wake tasks release the held workers at once ([`woke_from_outside`]).
+const HOLD_AT_MOST: Duration = Duration::from_millis(2);
 /// How often the controller samples the load.
 const SAMPLE_EVERY: Duration = Duration::from_millis(25);
 /// Weight of the newest sample in the running mean (about 100 ms of memory at 25 ms).
@@ -58,6 +103,20 @@ const SAMPLE_WEIGHT: f64 = 0.25;
 pub mod names {
     /// 1 while the workers are spread one to a CPU, 0 while the kernel places them.
     pub const SPREAD: &str = "warden_runtime_workers_spread";
+    /// 1 while all workers but one are held at low load, 0 otherwise.
+    pub const HOLD: &str = "warden_runtime_workers_held";
+}
+
+/// One window of load, as the server counted it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Window {
+    /// Connections that sent a packet in the window.
+    pub active_connections: u64,
+    /// Client packets received in the window.
+    pub requests: u64,
+    /// Txns applied in the window: the whole ensemble's write rate, which a leader and its
+    /// followers work for whoever their clients are.
+    pub txns_applied: u64,
 }
 
 /// The CPUs in `set`, in order.
@@ -74,6 +133,44 @@ pub struct Placement {
     /// Bumped at every change; each worker compares it with the one it last applied.
     generation: AtomicU64,
     next_worker: AtomicUsize,
+    /// Whether all workers but one are to be held at park (low load).
+    hold: AtomicBool,
+    /// The runtime's worker count, once the controller runs (0 before: nobody is held).
+    workers: AtomicUsize,
+    /// Workers held in the park hook now (see [`Placement::on_park`]).
+    held: Mutex<usize>,
+    /// Signalled when held workers should go: spread, or the controller stopped.
+    release: Condvar,
+    /// Set when the controller stops: nobody is held from then on.
+    stopped: AtomicBool,
+    /// Bumped by [`woke_from_outside`]: the workers held then go.
+    kicks: AtomicU64,
+    /// Workers held now, readable without the lock.
+    held_now: AtomicUsize,
+    /// Whether this server is an ensemble member (see [`Placement::for_ensemble`]).
+    ensemble: AtomicBool,
+    /// [`HOLD_AT_MOST`], longer in tests that watch a held worker.
+    hold_at_most: Duration,
+}
+
+/// The process's placement, for threads outside the runtime (see [`woke_from_outside`]).
+static INSTALLED: std::sync::OnceLock<Arc<Placement>> = std::sync::OnceLock::new();
+
+/// Makes `placement` the one [`woke_from_outside`] releases.
+pub fn install(placement: &Arc<Placement>) {
+    let _ = INSTALLED.set(placement.clone());
+}
+
+/// For a thread outside the runtime that has just woken a task on it (the log writer after
+/// a flush): releases the held workers, so that the task runs now even if the free worker
+/// is parked (see [`HOLD_AT_MOST`]). One atomic load when nobody is held.
+pub fn woke_from_outside() {
+    if let Some(p) = INSTALLED.get() {
+        if p.held_now.load(Ordering::Acquire) > 0 {
+            p.kicks.fetch_add(1, Ordering::AcqRel);
+            p.release_held();
+        }
+    }
 }
 
 thread_local! {
@@ -105,6 +202,15 @@ impl Placement {
             spread: AtomicBool::new(mode == Mode::Always),
             generation: AtomicU64::new(1),
             next_worker: AtomicUsize::new(0),
+            hold: AtomicBool::new(false),
+            workers: AtomicUsize::new(0),
+            held: Mutex::new(0),
+            release: Condvar::new(),
+            stopped: AtomicBool::new(false),
+            kicks: AtomicU64::new(0),
+            held_now: AtomicUsize::new(0),
+            ensemble: AtomicBool::new(false),
+            hold_at_most: HOLD_AT_MOST,
         }))
     }
 
@@ -119,6 +225,9 @@ impl Placement {
             return false;
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
+        if spread {
+            self.release_held();
+        }
         metrics::gauge!(names::SPREAD).set(if spread { 1.0 } else { 0.0 });
         tracing::debug!(spread, "worker placement changed");
         true
@@ -152,6 +261,120 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// Marks this server an ensemble member, before the controller starts: workers are held
+    /// only while few writes flow ([`ENSEMBLE_RELEASE_AT_TXNS`]).
+    pub fn for_ensemble(&self) {
+        self.ensemble.store(true, Ordering::Release);
+    }
+
+    /// Whether all workers but one are held at park now.
+    pub fn is_holding(&self) -> bool {
+        self.hold.load(Ordering::Acquire)
+    }
+
+    /// Starts or stops holding workers; true when it changed. Stopping releases them.
+    fn set_hold(&self, hold: bool) -> bool {
+        if self.hold.swap(hold, Ordering::AcqRel) == hold {
+            return false;
+        }
+        if !hold {
+            self.release_held();
+        }
+        metrics::gauge!(names::HOLD).set(if hold { 1.0 } else { 0.0 });
+        tracing::debug!(hold, "worker hold changed");
+        true
+    }
+
+    /// Whether a worker about to park, with `held` others held already, is held too: never
+    /// the last worker that is not held, nor while spread, nor once the controller stopped.
+    fn may_hold(&self, held: usize) -> bool {
+        self.is_holding()
+            && !self.is_spread()
+            && !self.stopped.load(Ordering::Acquire)
+            && held + 1 < self.workers.load(Ordering::Acquire)
+    }
+
+    /// tokio's `on_thread_park` hook, run before the worker counts itself parked: at low
+    /// load this worker waits here (at most [`HOLD_AT_MOST`]) unless it is the last one not
+    /// held, so tokio never wakes it to look for work that the running worker already has.
+    pub fn on_park(&self) {
+        let held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !self.may_hold(*held) {
+            return;
+        }
+        let mut held = held;
+        *held += 1;
+        self.held_now.store(*held, Ordering::Release);
+        let kicks = self.kicks.load(Ordering::Acquire);
+        let (mut held, _) = self
+            .release
+            .wait_timeout_while(held, self.hold_at_most, |_| {
+                self.is_holding()
+                    && !self.is_spread()
+                    && !self.stopped.load(Ordering::Acquire)
+                    && self.kicks.load(Ordering::Acquire) == kicks
+            })
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *held -= 1;
+        self.held_now.store(*held, Ordering::Release);
+    }
+
+    /// Wakes every held worker (each then re-checks why it was held).
+    fn release_held(&self) {
+        let _held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.release.notify_all();
+    }
+
+    /// Workers held in the park hook now.
+    #[cfg(test)]
+    fn held_now(&self) -> usize {
+        self.held_now.load(Ordering::Acquire)
+    }
+}
+
+/// Running means of the load, one sample per window.
+#[derive(Debug, Clone, Copy)]
+struct Means {
+    active: f64,
+    requests: f64,
+    txns: f64,
+}
+
+impl Means {
+    /// Starts as if busy: nobody is held until the load has been seen to be low.
+    fn busy() -> Means {
+        Means { active: 0.0, requests: RELEASE_AT_REQUESTS, txns: RELEASE_AT_TXNS }
+    }
+
+    fn add(&mut self, w: Window) {
+        self.active += SAMPLE_WEIGHT * (w.active_connections as f64 - self.active);
+        self.requests += SAMPLE_WEIGHT * (w.requests as f64 - self.requests);
+        self.txns += SAMPLE_WEIGHT * (w.txns_applied as f64 - self.txns);
+    }
+}
+
+/// The txn bounds of the hold: (release at, hold again below), per window.
+fn txn_bounds(ensemble: bool) -> (f64, f64) {
+    if ensemble {
+        (ENSEMBLE_RELEASE_AT_TXNS, ENSEMBLE_HOLD_BELOW_TXNS)
+    } else {
+        (RELEASE_AT_TXNS, HOLD_BELOW_TXNS)
+    }
+}
+
+/// Whether to hold all workers but one after a sample with these running means.
+fn decide_hold(holding: bool, m: Means, (release_at_txns, hold_below_txns): (f64, f64)) -> bool {
+    if m.active >= SPREAD_AT {
+        return false;
+    }
+    if holding {
+        m.requests < RELEASE_AT_REQUESTS && m.txns < release_at_txns
+    } else {
+        m.requests < HOLD_BELOW_REQUESTS && m.txns < hold_below_txns && m.active < FREE_BELOW
+    }
+}
+
 /// The decision for one step of the controller: whether to be spread after this sample.
 fn decide(spread: bool, mean_active: f64) -> bool {
     if spread {
@@ -161,28 +384,40 @@ fn decide(spread: bool, mean_active: f64) -> bool {
     }
 }
 
-/// Follows the load and spreads or frees the workers, until `stop` fires. `take_active`
-/// closes a window and returns how many connections sent a packet in it. Does nothing
-/// unless the mode is [`Mode::Auto`].
+/// Follows the load, spreads or frees the workers and holds or releases all but one, until
+/// `stop` fires. `take_window` closes a window and returns the load counted in it. Does
+/// nothing unless the mode is [`Mode::Auto`].
 pub async fn adapt(
     placement: Arc<Placement>,
-    take_active: impl Fn() -> u64,
+    mut take_window: impl FnMut() -> Window,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     metrics::gauge!(names::SPREAD).set(if placement.is_spread() { 1.0 } else { 0.0 });
+    metrics::gauge!(names::HOLD).set(0.0);
     if placement.mode != Mode::Auto {
         return;
     }
+    placement.workers.store(tokio::runtime::Handle::current().metrics().num_workers(), Ordering::Release);
+    struct Stopped<'a>(&'a Placement);
+    impl Drop for Stopped<'_> {
+        fn drop(&mut self) {
+            self.0.stopped.store(true, Ordering::Release);
+            self.0.release_held();
+        }
+    }
+    let _stopped = Stopped(&placement);
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut mean = 0.0;
+    let mut means = Means::busy();
+    let bounds = txn_bounds(placement.ensemble.load(Ordering::Acquire));
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        mean += SAMPLE_WEIGHT * (take_active() as f64 - mean);
-        if placement.set_spread(decide(placement.is_spread(), mean)) {
+        means.add(take_window());
+        placement.set_hold(decide_hold(placement.is_holding(), means, bounds));
+        if placement.set_spread(decide(placement.is_spread(), means.active)) {
             // A parked worker applies the change only when it next wakes; an idle one could
             // sleep on with the old placement. Tasks spawned here wake the parked workers (a
             // second spawn pushes the first to the stealable queue and wakes one).
@@ -208,6 +443,101 @@ mod tests {
         assert!(decide(false, 2.0));
         assert!(decide(true, 1.6), "spread is kept between the two thresholds");
         assert!(!decide(true, 1.4));
+    }
+
+    /// Workers are held only while one client at most sends, slower than the request
+    /// bound; released at once when either rises, held again only well below the bound.
+    #[test]
+    fn the_hold_follows_a_lone_slow_client() {
+        let m = |active, requests, txns| Means { active, requests, txns };
+        let decide_hold = |holding, means| decide_hold(holding, means, txn_bounds(false));
+        assert!(decide_hold(false, m(1.0, 100.0, 25.0)), "one client at 4,000 a second: hold");
+        assert!(decide_hold(false, m(0.0, 0.0, 0.0)), "idle: hold");
+        assert!(!decide_hold(false, Means::busy()), "not before the load was seen");
+        assert!(!decide_hold(true, m(2.0, 100.0, 25.0)), "several clients: release");
+        assert!(!decide_hold(true, m(1.0, RELEASE_AT_REQUESTS, 0.0)), "a fast pipelining client: release");
+        assert!(!decide_hold(true, m(0.0, 0.0, RELEASE_AT_TXNS)), "replicating others' writes: release");
+        assert!(decide_hold(true, m(1.0, RELEASE_AT_REQUESTS - 1.0, RELEASE_AT_TXNS - 1.0)), "held below the bounds");
+        assert!(!decide_hold(false, m(1.0, HOLD_BELOW_REQUESTS, 0.0)), "held again only below the lower bounds");
+        assert!(!decide_hold(false, m(1.0, 0.0, HOLD_BELOW_TXNS)));
+        assert!(!decide_hold(false, m(1.6, 10.0, 0.0)), "between the client thresholds: not held again");
+    }
+
+    /// An ensemble member holds workers only while few writes flow; reads alone keep it.
+    #[test]
+    fn an_ensemble_member_releases_at_a_trickle_of_writes() {
+        let m = |requests, txns| Means { active: 1.0, requests, txns };
+        let ensemble = txn_bounds(true);
+        assert!(decide_hold(false, m(300.0, 0.0), ensemble), "a lone reader: hold");
+        assert!(!decide_hold(true, m(25.0, 25.0), ensemble), "1,000 writes a second: release");
+        assert!(decide_hold(true, m(25.0, 25.0), txn_bounds(false)), "held on a standalone server");
+        assert!(!decide_hold(false, m(0.0, ENSEMBLE_HOLD_BELOW_TXNS), ensemble));
+    }
+
+    /// End to end on a real runtime with both hooks: while holding, an idle runtime keeps
+    /// one worker free and the other waits in the park hook; tasks (I/O-less, timers) still
+    /// run; stopping the hold releases the waiting worker at once.
+    #[test]
+    fn held_workers_wait_in_the_park_hook_and_are_released() {
+        let mut p = Placement::with_cpus(Mode::Auto, vec![0, 1]).expect("two cpus");
+        // Long enough to watch the held worker. (Tasks spawned from this thread, outside
+        // the runtime, may wait that long for a held worker that is searching.)
+        Arc::get_mut(&mut p).expect("one handle").hold_at_most = Duration::from_millis(250);
+        p.workers.store(2, Ordering::Release);
+        let (park, unpark) = (p.clone(), p.clone());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .on_thread_park(move || park.on_park())
+            .on_thread_unpark(move || unpark.on_unpark())
+            .build()
+            .expect("runtime");
+        assert!(p.set_hold(true));
+        let wait_for = |want: usize| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while p.held_now() != want && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            p.held_now()
+        };
+        // Work, then nothing to do: both workers park, and one of them is held.
+        let work_then_park = || {
+            rt.block_on(async {
+                for _ in 0..4 {
+                    tokio::spawn(async {}).await.expect("join");
+                }
+            })
+        };
+        work_then_park();
+        assert_eq!(wait_for(1), 1, "one worker held, never both");
+        let sum = rt.block_on(async {
+            let tasks: Vec<_> = (0..64u64)
+                .map(|i| {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(i % 3)).await;
+                        i
+                    })
+                })
+                .collect();
+            let mut sum = 0;
+            for t in tasks {
+                sum += t.await.expect("join");
+            }
+            sum
+        });
+        assert_eq!(sum, (0..64).sum::<u64>(), "the free worker runs everything");
+        assert!(p.set_hold(false));
+        assert_eq!(wait_for(0), 0, "released");
+        assert!(p.set_hold(true));
+        work_then_park();
+        assert_eq!(wait_for(1), 1);
+        install(&p);
+        woke_from_outside();
+        assert_eq!(wait_for(0), 0, "a kick from outside the runtime releases it");
+        work_then_park();
+        assert_eq!(wait_for(1), 1, "held again at its next park");
+        assert!(p.set_spread(true));
+        assert_eq!(wait_for(0), 0, "spreading releases the held worker too");
     }
 
     /// One CPU, or `never`, leaves nothing to place.

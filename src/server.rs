@@ -193,8 +193,21 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
         )));
     }
     if let Some(p) = placement {
+        if !config.servers.is_empty() {
+            p.for_ensemble();
+        }
         let stats = dispatcher.stats.clone();
-        tasks.push(tokio::spawn(crate::placement::adapt(p, move || stats.take_active_connections(), stop_rx.clone())));
+        let applied = shared.applied.subscribe();
+        let mut last_zxid = *applied.borrow();
+        let take_window = move || {
+            let mut w = stats.take_window();
+            let zxid = *applied.borrow();
+            // One txn per zxid within an epoch; a new epoch counts as busy for one window.
+            w.txns_applied = u64::try_from(zxid.wrapping_sub(last_zxid)).unwrap_or(u64::MAX);
+            last_zxid = zxid;
+            w
+        };
+        tasks.push(tokio::spawn(crate::placement::adapt(p, take_window, stop_rx.clone())));
     }
     tasks.push(tokio::spawn(watch_quorum(dispatcher.clone(), serving_tx, stop_rx.clone())));
     tasks.push(tokio::spawn(snapshot_by_txns(dispatcher.clone(), stop_rx.clone())));

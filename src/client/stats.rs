@@ -118,7 +118,7 @@ pub struct ConnStats {
     pub last_response_ms: AtomicI64,
     pub last_latency_ms: AtomicU64,
     pub latency: Latency,
-    /// The activity window (see [`ServerStats::take_active_connections`]) in which this
+    /// The activity window (see [`ServerStats::take_window`]) in which this
     /// connection last sent a packet.
     active_window: AtomicU64,
 }
@@ -238,6 +238,8 @@ pub struct ServerStats {
     /// shared increment per window, not a walk over every connection.
     window: AtomicU64,
     active_in_window: AtomicU64,
+    /// `received_total` at the last [`ServerStats::take_window`].
+    received_at_window: AtomicU64,
 }
 
 thread_local! {
@@ -272,6 +274,7 @@ impl Default for ServerStats {
             conns: Mutex::new(HashMap::new()),
             window: AtomicU64::new(0),
             active_in_window: AtomicU64::new(0),
+            received_at_window: AtomicU64::new(0),
         }
     }
 }
@@ -340,10 +343,17 @@ impl ServerStats {
     }
 
     /// Closes the current activity window: the number of connections that sent a packet
-    /// since the previous call.
-    pub fn take_active_connections(&self) -> u64 {
+    /// since the previous call, and how many packets came in since then.
+    pub fn take_window(&self) -> crate::placement::Window {
         self.window.fetch_add(1, Ordering::Relaxed);
-        self.active_in_window.swap(0, Ordering::Relaxed)
+        let active = self.active_in_window.swap(0, Ordering::Relaxed);
+        let received = self.received_total.load(Ordering::Relaxed);
+        let before = self.received_at_window.swap(received, Ordering::Relaxed);
+        crate::placement::Window {
+            active_connections: active,
+            requests: received.saturating_sub(before),
+            txns_applied: 0,
+        }
     }
 
     /// Records a reply or notification sent, with the request's latency for replies.
