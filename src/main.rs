@@ -80,7 +80,6 @@ fn main() -> std::process::ExitCode {
     // server's controller changes it with the load.
     let placement = warden::placement::Placement::new(config.spread_workers);
     if let Some(p) = placement.clone() {
-        warden::placement::install(&p);
         let held = p.clone();
         builder.on_thread_unpark(move || p.on_unpark());
         builder.on_thread_park(move || held.on_park());

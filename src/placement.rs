@@ -23,24 +23,23 @@
 //! controller spawns a no-op task per worker so that idle ones wake and apply it too.
 //! Blocking threads and threads of Warden's own (the log writer) are never pinned.
 //!
-//! **At low load, one worker.** Whenever a worker finds more than one task ready (and a
+//! **A lone writer, one worker.** Whenever a worker finds more than one task ready (and a
 //! chain of task hand-offs, as in openraft's core, state machine and I/O completion tasks,
 //! soon exhausts tokio's LIFO slot), tokio wakes a parked worker to share the work. At one
 //! client's pace there is none to share: the woken worker finds the queue empty and parks
-//! again, and on this machine it often preempted the worker that had the work on the way.
-//! A follower in a 3-member ensemble switched threads 36 times per 1×1 write across the three
-//! processes, 19 with one worker (BENCHMARKS.md, twentieth pass). So in `auto` mode, while
-//! fewer than [`SPREAD_AT`] clients send at once, the server receives fewer than
-//! [`RELEASE_AT_REQUESTS`] client packets per window and applies fewer than
-//! [`RELEASE_AT_TXNS`] txns ([`ENSEMBLE_RELEASE_AT_TXNS`] on an ensemble member, whose
-//! writes lose by it), all workers but one wait in tokio's `on_thread_park` hook
-//! ([`Placement::on_park`]).
-//! tokio counts them as awake and not searching, so it wakes none of them; the one left
-//! serves everything, parked on the I/O driver when idle. They are released as soon as
-//! the controller sees more load, and each returns by itself after [`HOLD_AT_MOST`] (then
-//! parks as tokio would have it), so no task waits long for one. One heavily pipelined
-//! client (1×32 gets) lost a quarter of its throughput with one worker, and a follower that
-//! only replicates a heavy write load lost a tenth, hence the bounds.
+//! again, and on this machine it often preempted the worker that had the work on the way
+//! (BENCHMARKS.md, twentieth pass: 36 thread switches per 1×1 write over the three members
+//! of an ensemble, 19 with one worker each). So on a standalone server in `auto` mode, while
+//! fewer than [`SPREAD_AT`] clients send at once, fewer than [`RELEASE_AT_REQUESTS`] client
+//! packets arrive per window and between [`HOLD_FROM_TXNS`] and [`RELEASE_AT_TXNS`] txns are
+//! applied, all workers but one wait in tokio's `on_thread_park` hook
+//! ([`Placement::on_park`]), where tokio still counts them awake, so it wakes none of them.
+//! A worker is held only while another runs: that one parks later and takes tokio's I/O
+//! driver, so the sockets are always polled. Held workers are released as soon as the
+//! controller sees other load, and each returns by itself after [`HOLD_AT_MOST`]. The bounds
+//! are measured: one pipelining client (1×32 gets) lost a quarter of its throughput with one
+//! worker, a lone reader lost a little, and ensemble members lost at their writes' tail
+//! (see [`Placement::for_ensemble`]).
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
@@ -75,25 +74,24 @@ pub const FREE_BELOW: f64 = 1.5;
 pub const RELEASE_AT_REQUESTS: f64 = 500.0;
 /// Mean client packets per window below which workers are held again (15,000 a second).
 pub const HOLD_BELOW_REQUESTS: f64 = 375.0;
-/// Mean txns applied per window at and above which no worker is held (10,000 a second): a
-/// write costs a log append, an apply and, in an ensemble, replication, wherever it came from.
+/// Mean txns applied per window at and above which no worker is held (10,000 a second).
 pub const RELEASE_AT_TXNS: f64 = 250.0;
 /// Mean txns applied per window below which workers are held again (7,500 a second).
 pub const HOLD_BELOW_TXNS: f64 = 187.5;
-/// [`RELEASE_AT_TXNS`] for an ensemble member (200 a second): held workers cost its writes
-/// more than they save. Its log writer thread wakes openraft from outside the runtime, and a
-/// follower's fsync blocks its one free worker while the next message waits; with workers
-/// held at 1×1 writes, a follower's client saw p99 3.6 ms against 1.6, p50 unchanged
-/// (BENCHMARKS.md, twentieth pass). Reads keep the gain.
-pub const ENSEMBLE_RELEASE_AT_TXNS: f64 = 5.0;
-/// [`HOLD_BELOW_TXNS`] for an ensemble member (100 a second).
-pub const ENSEMBLE_HOLD_BELOW_TXNS: f64 = 2.5;
+/// Mean txns applied per window from which workers are held (40 a second): the hold pays
+/// where a request passes through several tasks (connection, proposer, openraft's core and
+/// state machine); a lone reader, served on its connection's task, lost by it (get 1×1 p50
+/// +9%, set 1×1 −12%; BENCHMARKS.md, twentieth pass).
+pub const HOLD_FROM_TXNS: f64 = 1.0;
+/// Mean txns applied per window below which held workers are released again.
+pub const RELEASE_BELOW_TXNS: f64 = 0.5;
 /// How long a worker is held in the park hook at most before it parks as tokio would have it.
 /// A worker held there still counts as searching for work if it was when it came to park,
 /// and tokio wakes nobody for a task scheduled from outside the runtime while one searches:
-/// such a task may wait this long when the free worker is parked too. Threads of Warden's
-/// own that wake tasks release the held workers at once ([`woke_from_outside`]).
-const HOLD_AT_MOST: Duration = Duration::from_millis(2);
+/// such a task may wait this long when the free worker is parked too (it wakes for its
+/// sockets and timers). A standalone server has no such task on its request path (its log
+/// is written on the worker); a snapshot's blocking task is the one left.
+const HOLD_AT_MOST: Duration = Duration::from_millis(20);
 /// How often the controller samples the load.
 const SAMPLE_EVERY: Duration = Duration::from_millis(25);
 /// Weight of the newest sample in the running mean (about 100 ms of memory at 25 ms).
@@ -143,34 +141,14 @@ pub struct Placement {
     release: Condvar,
     /// Set when the controller stops: nobody is held from then on.
     stopped: AtomicBool,
-    /// Bumped by [`woke_from_outside`]: the workers held then go.
-    kicks: AtomicU64,
     /// Workers held now, readable without the lock.
     held_now: AtomicUsize,
+    /// Workers parked in tokio now (between the park hook's return and the unpark hook).
+    parked: AtomicUsize,
     /// Whether this server is an ensemble member (see [`Placement::for_ensemble`]).
     ensemble: AtomicBool,
     /// [`HOLD_AT_MOST`], longer in tests that watch a held worker.
     hold_at_most: Duration,
-}
-
-/// The process's placement, for threads outside the runtime (see [`woke_from_outside`]).
-static INSTALLED: std::sync::OnceLock<Arc<Placement>> = std::sync::OnceLock::new();
-
-/// Makes `placement` the one [`woke_from_outside`] releases.
-pub fn install(placement: &Arc<Placement>) {
-    let _ = INSTALLED.set(placement.clone());
-}
-
-/// For a thread outside the runtime that has just woken a task on it (the log writer after
-/// a flush): releases the held workers, so that the task runs now even if the free worker
-/// is parked (see [`HOLD_AT_MOST`]). One atomic load when nobody is held.
-pub fn woke_from_outside() {
-    if let Some(p) = INSTALLED.get() {
-        if p.held_now.load(Ordering::Acquire) > 0 {
-            p.kicks.fetch_add(1, Ordering::AcqRel);
-            p.release_held();
-        }
-    }
 }
 
 thread_local! {
@@ -207,8 +185,8 @@ impl Placement {
             held: Mutex::new(0),
             release: Condvar::new(),
             stopped: AtomicBool::new(false),
-            kicks: AtomicU64::new(0),
             held_now: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
             ensemble: AtomicBool::new(false),
             hold_at_most: HOLD_AT_MOST,
         }))
@@ -248,6 +226,7 @@ impl Placement {
     /// tokio's `on_thread_unpark` hook: applies a change made since this worker last looked.
     /// An atomic load when nothing changed.
     pub fn on_unpark(&self) {
+        let _ = self.parked.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         let generation = self.generation.load(Ordering::Acquire);
         let (index, applied) = APPLIED.with(Cell::get);
         if applied == generation {
@@ -262,8 +241,10 @@ impl Placement {
 }
 
 impl Placement {
-    /// Marks this server an ensemble member, before the controller starts: workers are held
-    /// only while few writes flow ([`ENSEMBLE_RELEASE_AT_TXNS`]).
+    /// Marks this server an ensemble member, before the controller starts: its workers are
+    /// never held. Its log writer thread wakes openraft from outside the runtime, and a
+    /// follower's fsync blocks its one free worker while the next message waits: with
+    /// workers held at 1×1 writes, a follower's client saw p99 3.6–6.3 ms against 1.6.
     pub fn for_ensemble(&self) {
         self.ensemble.store(true, Ordering::Release);
     }
@@ -296,24 +277,32 @@ impl Placement {
     }
 
     /// tokio's `on_thread_park` hook, run before the worker counts itself parked: at low
-    /// load this worker waits here (at most [`HOLD_AT_MOST`]) unless it is the last one not
-    /// held, so tokio never wakes it to look for work that the running worker already has.
+    /// load this worker waits here (at most [`HOLD_AT_MOST`]) while another runs, so tokio
+    /// never wakes it to look for work that the running worker already has.
     pub fn on_park(&self) {
+        self.hold_here();
+        self.parked.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Holds this worker, as [`Placement::on_park`] says, if another worker is running now.
+    /// A held worker leaves tokio's I/O driver alone, and a worker parked in tokio may sleep
+    /// without it (the driver goes to one parked worker at a time): holding the last worker
+    /// that runs could leave nobody to poll the sockets until the hold ends. A running worker
+    /// parks later, and then takes the driver.
+    fn hold_here(&self) {
         let held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !self.may_hold(*held) {
+        let workers = self.workers.load(Ordering::Acquire);
+        let others_running = workers.saturating_sub(self.parked.load(Ordering::Acquire) + *held + 1);
+        if !self.may_hold(*held) || others_running == 0 {
             return;
         }
         let mut held = held;
         *held += 1;
         self.held_now.store(*held, Ordering::Release);
-        let kicks = self.kicks.load(Ordering::Acquire);
         let (mut held, _) = self
             .release
             .wait_timeout_while(held, self.hold_at_most, |_| {
-                self.is_holding()
-                    && !self.is_spread()
-                    && !self.stopped.load(Ordering::Acquire)
-                    && self.kicks.load(Ordering::Acquire) == kicks
+                self.is_holding() && !self.is_spread() && !self.stopped.load(Ordering::Acquire)
             })
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *held -= 1;
@@ -354,24 +343,15 @@ impl Means {
     }
 }
 
-/// The txn bounds of the hold: (release at, hold again below), per window.
-fn txn_bounds(ensemble: bool) -> (f64, f64) {
-    if ensemble {
-        (ENSEMBLE_RELEASE_AT_TXNS, ENSEMBLE_HOLD_BELOW_TXNS)
-    } else {
-        (RELEASE_AT_TXNS, HOLD_BELOW_TXNS)
-    }
-}
-
 /// Whether to hold all workers but one after a sample with these running means.
-fn decide_hold(holding: bool, m: Means, (release_at_txns, hold_below_txns): (f64, f64)) -> bool {
+fn decide_hold(holding: bool, m: Means) -> bool {
     if m.active >= SPREAD_AT {
         return false;
     }
     if holding {
-        m.requests < RELEASE_AT_REQUESTS && m.txns < release_at_txns
+        m.requests < RELEASE_AT_REQUESTS && (RELEASE_BELOW_TXNS..RELEASE_AT_TXNS).contains(&m.txns)
     } else {
-        m.requests < HOLD_BELOW_REQUESTS && m.txns < hold_below_txns && m.active < FREE_BELOW
+        m.requests < HOLD_BELOW_REQUESTS && (HOLD_FROM_TXNS..HOLD_BELOW_TXNS).contains(&m.txns) && m.active < FREE_BELOW
     }
 }
 
@@ -409,14 +389,14 @@ pub async fn adapt(
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut means = Means::busy();
-    let bounds = txn_bounds(placement.ensemble.load(Ordering::Acquire));
+    let ensemble = placement.ensemble.load(Ordering::Acquire);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
         means.add(take_window());
-        placement.set_hold(decide_hold(placement.is_holding(), means, bounds));
+        placement.set_hold(!ensemble && decide_hold(placement.is_holding(), means));
         if placement.set_spread(decide(placement.is_spread(), means.active)) {
             // A parked worker applies the change only when it next wakes; an idle one could
             // sleep on with the old placement. Tasks spawned here wake the parked workers (a
@@ -448,30 +428,21 @@ mod tests {
     /// Workers are held only while one client at most sends, slower than the request
     /// bound; released at once when either rises, held again only well below the bound.
     #[test]
-    fn the_hold_follows_a_lone_slow_client() {
+    fn the_hold_follows_a_lone_slow_writer() {
         let m = |active, requests, txns| Means { active, requests, txns };
-        let decide_hold = |holding, means| decide_hold(holding, means, txn_bounds(false));
-        assert!(decide_hold(false, m(1.0, 100.0, 25.0)), "one client at 4,000 a second: hold");
-        assert!(decide_hold(false, m(0.0, 0.0, 0.0)), "idle: hold");
+        assert!(decide_hold(false, m(1.0, 100.0, 25.0)), "one client writing 1,000 a second: hold");
+        assert!(!decide_hold(false, m(1.0, 300.0, 0.0)), "a lone reader: not held");
+        assert!(!decide_hold(false, m(0.0, 0.0, 0.0)), "idle: not held");
         assert!(!decide_hold(false, Means::busy()), "not before the load was seen");
         assert!(!decide_hold(true, m(2.0, 100.0, 25.0)), "several clients: release");
-        assert!(!decide_hold(true, m(1.0, RELEASE_AT_REQUESTS, 0.0)), "a fast pipelining client: release");
-        assert!(!decide_hold(true, m(0.0, 0.0, RELEASE_AT_TXNS)), "replicating others' writes: release");
-        assert!(decide_hold(true, m(1.0, RELEASE_AT_REQUESTS - 1.0, RELEASE_AT_TXNS - 1.0)), "held below the bounds");
-        assert!(!decide_hold(false, m(1.0, HOLD_BELOW_REQUESTS, 0.0)), "held again only below the lower bounds");
-        assert!(!decide_hold(false, m(1.0, 0.0, HOLD_BELOW_TXNS)));
-        assert!(!decide_hold(false, m(1.6, 10.0, 0.0)), "between the client thresholds: not held again");
-    }
-
-    /// An ensemble member holds workers only while few writes flow; reads alone keep it.
-    #[test]
-    fn an_ensemble_member_releases_at_a_trickle_of_writes() {
-        let m = |requests, txns| Means { active: 1.0, requests, txns };
-        let ensemble = txn_bounds(true);
-        assert!(decide_hold(false, m(300.0, 0.0), ensemble), "a lone reader: hold");
-        assert!(!decide_hold(true, m(25.0, 25.0), ensemble), "1,000 writes a second: release");
-        assert!(decide_hold(true, m(25.0, 25.0), txn_bounds(false)), "held on a standalone server");
-        assert!(!decide_hold(false, m(0.0, ENSEMBLE_HOLD_BELOW_TXNS), ensemble));
+        assert!(!decide_hold(true, m(1.0, RELEASE_AT_REQUESTS, 25.0)), "a fast pipelining client: release");
+        assert!(!decide_hold(true, m(1.0, 100.0, RELEASE_AT_TXNS)), "fast writes: release");
+        assert!(!decide_hold(true, m(1.0, 100.0, 0.4)), "the writes stopped: release");
+        assert!(decide_hold(true, m(1.0, RELEASE_AT_REQUESTS - 1.0, 0.6)), "held within the bounds");
+        assert!(!decide_hold(false, m(1.0, HOLD_BELOW_REQUESTS, 25.0)), "held again only within the inner bounds");
+        assert!(!decide_hold(false, m(1.0, 100.0, HOLD_BELOW_TXNS)));
+        assert!(!decide_hold(false, m(1.0, 100.0, 0.9)));
+        assert!(!decide_hold(false, m(1.6, 10.0, 25.0)), "between the client thresholds: not held again");
     }
 
     /// End to end on a real runtime with both hooks: while holding, an idle runtime keeps
@@ -500,12 +471,14 @@ mod tests {
             }
             p.held_now()
         };
-        // Work, then nothing to do: both workers park, and one of them is held.
+        // Both workers busy at once, then nothing to do: the first to finish is held (the
+        // other still runs), and the other parks in tokio.
         let work_then_park = || {
             rt.block_on(async {
-                for _ in 0..4 {
-                    tokio::spawn(async {}).await.expect("join");
-                }
+                let busy = |ms| tokio::spawn(async move { std::thread::sleep(Duration::from_millis(ms)) });
+                let (a, b) = (busy(20), busy(60));
+                a.await.expect("join");
+                b.await.expect("join");
             })
         };
         work_then_park();
@@ -531,11 +504,6 @@ mod tests {
         assert!(p.set_hold(true));
         work_then_park();
         assert_eq!(wait_for(1), 1);
-        install(&p);
-        woke_from_outside();
-        assert_eq!(wait_for(0), 0, "a kick from outside the runtime releases it");
-        work_then_park();
-        assert_eq!(wait_for(1), 1, "held again at its next park");
         assert!(p.set_spread(true));
         assert_eq!(wait_for(0), 0, "spreading releases the held worker too");
     }

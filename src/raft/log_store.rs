@@ -240,12 +240,7 @@ fn run_writer(
         let n = dones.len();
         for done in dones {
             match done {
-                Done::Flushed(cb) => {
-                    cb.io_completed(result.clone().map_err(write_err));
-                    // openraft's core is woken from this thread: a held worker must not
-                    // leave it waiting (see `crate::placement::woke_from_outside`).
-                    crate::placement::woke_from_outside();
-                }
+                Done::Flushed(cb) => cb.io_completed(result.clone().map_err(write_err)),
                 Done::Waiter(tx) => {
                     let _ = tx.send(result.clone());
                 }
