@@ -1,6 +1,7 @@
 """Worker placement (`runtime.spreadWorkers`, Warden's own zoo.cfg key): while several
 clients are served at once, each tokio worker thread of the server is pinned to a CPU of its
-own; a lone client, or no load, leaves them wherever the kernel puts them.
+own; a lone client, or no load, leaves them wherever the kernel puts them. While a lone
+client writes, all workers but one are held (the `warden_runtime_workers_held` gauge).
 
 Black box: a real Warden process, real kazoo clients, and what the kernel reports of the
 server's threads (`/proc/<pid>/task/<tid>/status`, `Cpus_allowed_list`), plus the
@@ -61,10 +62,17 @@ def spread_gauge(url: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-class Load:
-    """`clients` kazoo sessions, each sending getData in a loop on its own thread."""
+def held_gauge(url: str) -> float | None:
+    _, _, body = http("GET", url)
+    m = re.search(r"^warden_runtime_workers_held (\S+)$", body, re.M)
+    return float(m.group(1)) if m else None
 
-    def __init__(self, hostport: str, clients: int):
+
+class Load:
+    """`clients` kazoo sessions, each sending getData (or setData) in a loop on its own thread."""
+
+    def __init__(self, hostport: str, clients: int, write: bool = False):
+        self.write = write
         self.stop = threading.Event()
         self.zks = [KazooClient(hosts=hostport, timeout=10) for _ in range(clients)]
         for zk in self.zks:
@@ -76,7 +84,10 @@ class Load:
 
     def _run(self, zk: KazooClient) -> None:
         while not self.stop.is_set():
-            zk.get("/placement")
+            if self.write:
+                zk.set("/placement", b"x" * 100)
+            else:
+                zk.get("/placement")
 
     def close(self) -> None:
         self.stop.set()
@@ -129,6 +140,39 @@ def test_workers_are_spread_under_several_clients_and_freed_after():
         wait_for(lambda: spread_gauge(url) == 0, timeout=10, what="the workers to be freed")
         wait_for(lambda: all(n == CPUS for n in worker_cpus(srv.pid)), timeout=10,
                  what="every worker to get every CPU back")
+    finally:
+        srv.close()
+
+
+def test_a_lone_writer_is_served_by_one_worker():
+    """auto on a standalone server: while one client writes (at a kazoo client's pace), all
+    workers but one are held; its writes keep succeeding. A lone reader, several writers,
+    or no load: nobody is held."""
+    srv, url = started_with_metrics("placement-hold", {})
+    try:
+        # Start-up's own txns (the readiness probe's session) may hold the workers briefly.
+        wait_for(lambda: held_gauge(url) == 0, timeout=10, what="no hold while idle")
+        reader = Load(srv.hostport, 1)
+        try:
+            time.sleep(0.5)
+            assert held_gauge(url) == 0, "a lone reader runs on every worker"
+        finally:
+            reader.close()
+
+        writer = Load(srv.hostport, 1, write=True)
+        try:
+            wait_for(lambda: held_gauge(url) == 1, timeout=10, what="workers held under a lone writer")
+            before = writer.zks[0].get("/placement")[1].version
+            time.sleep(0.5)
+            assert writer.zks[0].get("/placement")[1].version > before + 10, "writes go on while held"
+            others = Load(srv.hostport, 3, write=True)
+            try:
+                wait_for(lambda: held_gauge(url) == 0, timeout=10, what="the hold to end under four writers")
+            finally:
+                others.close()
+        finally:
+            writer.close()
+        wait_for(lambda: held_gauge(url) == 0, timeout=10, what="no hold once the load stops")
     finally:
         srv.close()
 

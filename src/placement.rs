@@ -57,8 +57,8 @@ use nix::unistd::Pid;
 /// `runtime.spreadWorkers` (Warden's own zoo.cfg key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Spread while several clients send at once, free otherwise, and all workers but one
-    /// held while a lone client sends (the default).
+    /// Spread while several clients send at once, free otherwise, and on a standalone
+    /// server all workers but one held while a lone client writes (the default).
     Auto,
     /// Always one worker to a CPU.
     Always,
