@@ -263,10 +263,16 @@ async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
 }
 
 /// Resolves once Raft names a leader other than `leader_id` (never, if Raft stops).
+///
+/// It watches openraft's server metrics (leader, vote, state, membership), which change only
+/// when one of those does. The full `RaftMetrics` is sent after every turn of openraft's core,
+/// changed or not, and a forwarded batch waiting on it was woken three or more times per
+/// write, each a task to schedule and, often, a thread to wake (BENCHMARKS.md, the
+/// twenty-first pass).
 async fn leader_other_than(
     metrics: &mut openraft::alias::WatchReceiverOf<
         crate::raft::TypeConfig,
-        openraft::RaftMetrics<crate::raft::TypeConfig>,
+        openraft::metrics::RaftServerMetrics<crate::raft::TypeConfig>,
     >,
     leader_id: u64,
 ) {
@@ -403,7 +409,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
         match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
             Ok(answer) => {
                 let mut applied = shared.applied.subscribe();
-                let mut metrics = raft.metrics();
+                let mut metrics = raft.server_metrics();
                 // A failed forward leaves what is queued here alone: it goes to the current
                 // leader next (this server lost no leadership of its own).
                 tokio::spawn(async move {
