@@ -17,6 +17,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::FutureExt;
 use futures::SinkExt;
 use futures::StreamExt;
 use openraft::error::RaftError;
@@ -29,7 +32,6 @@ use serde::Deserialize;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 use tokio_util::codec::FramedWrite;
@@ -112,26 +114,69 @@ fn codec() -> LengthDelimitedCodec {
 }
 
 type Pending = oneshot::Sender<Result<PeerResponse, PeerError>>;
-type Outbox = mpsc::Sender<(PeerRequest, Pending)>;
+/// Requests in flight on one connection, by id; `None` once the connection is lost.
+type PendingMap = Arc<Mutex<Option<HashMap<u64, Pending>>>>;
+type Writer = FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Fails every request in flight on a connection, and marks it lost.
+fn fail_pending(pending: &PendingMap, addr: &str) {
+    let taken = lock(pending).take();
+    for (_, done) in taken.into_iter().flatten() {
+        let _ = done.send(Err(PeerError::Lost(addr.to_owned())));
+    }
+}
+
+/// One live connection to a peer. Callers write their own requests to the socket: a writer
+/// task would cost each request a task hand-off, which on a busy 2-worker runtime is a thread
+/// wake-up (the twenty-first pass in BENCHMARKS.md). One task reads the answers.
+struct Connection {
+    /// tokio's `Mutex` queues waiters in order, so requests leave in the order they asked.
+    writer: tokio::sync::Mutex<Writer>,
+    pending: PendingMap,
+    next_id: std::sync::atomic::AtomicU64,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Connection {
+    fn is_lost(&self) -> bool {
+        lock(&self.pending).is_none()
+    }
+
+    /// Fails what is in flight and stops reading; the connection is not used again.
+    fn lose(&self, addr: &str) {
+        fail_pending(&self.pending, addr);
+        self.reader.abort();
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
 
 /// A multiplexed client to one peer; reconnects on demand.
 #[derive(Clone)]
 pub struct PeerClient {
     addr: String,
-    /// The live connection's outbox; std `Mutex`, held only to swap it.
-    tx: Arc<Mutex<Option<Outbox>>>,
+    /// The live connection; std `Mutex`, held only to swap it.
+    conn: Arc<Mutex<Option<Arc<Connection>>>>,
 }
 
 impl PeerClient {
     /// A client for the peer at `addr` (`host:peerPort`).
     pub fn new(addr: String) -> PeerClient {
-        PeerClient { addr, tx: Arc::new(Mutex::new(None)) }
+        PeerClient { addr, conn: Arc::new(Mutex::new(None)) }
     }
 
-    async fn sender(&self, connect_timeout: Duration) -> Result<Outbox, PeerError> {
-        if let Some(tx) = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
-            if !tx.is_closed() {
-                return Ok(tx.clone());
+    async fn connection(&self, connect_timeout: Duration) -> Result<Arc<Connection>, PeerError> {
+        if let Some(c) = lock(&self.conn).as_ref() {
+            if !c.is_lost() {
+                return Ok(c.clone());
             }
         }
         let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(&self.addr))
@@ -139,13 +184,20 @@ impl PeerClient {
             .map_err(|_| PeerError::Connect(self.addr.clone(), "timed out".into()))?
             .map_err(|e| PeerError::Connect(self.addr.clone(), e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(client_connection(self.addr.clone(), stream, rx));
-        *self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx.clone());
-        Ok(tx)
+        let (r, w) = stream.into_split();
+        let pending: PendingMap = Arc::new(Mutex::new(Some(HashMap::new())));
+        let reader = tokio::spawn(read_answers(self.addr.clone(), r, pending.clone()));
+        let conn = Arc::new(Connection {
+            writer: tokio::sync::Mutex::new(FramedWrite::new(w, codec())),
+            pending,
+            next_id: std::sync::atomic::AtomicU64::new(1),
+            reader,
+        });
+        *lock(&self.conn) = Some(conn.clone());
+        Ok(conn)
     }
 
-    /// Queues a request on the connection (requests leave in the order `start` is called) and
+    /// Sends a request on the connection (requests leave in the order `start` is called) and
     /// returns a future for its answer.
     pub async fn start(
         &self,
@@ -154,15 +206,41 @@ impl PeerClient {
     ) -> Result<impl std::future::Future<Output = Result<PeerResponse, PeerError>> + Send + 'static, PeerError> {
         // A connect never outlives the request: a stuck SYN (a peer behind a partition) must
         // not hold up the Raft RPCs queued behind it once the network heals.
-        let tx = self.sender(timeout.min(Duration::from_secs(2))).await?;
+        let conn = self.connection(timeout.min(Duration::from_secs(2))).await?;
+        let id = conn.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let frame = postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id, body: req })
+            .map_err(|e| PeerError::Codec(e.to_string()))?;
         let (done, wait) = oneshot::channel();
-        tx.send((req, done)).await.map_err(|_| PeerError::Lost(self.addr.clone()))?;
+        match lock(&conn.pending).as_mut() {
+            Some(pending) => pending.insert(id, done),
+            None => return Err(PeerError::Lost(self.addr.clone())),
+        };
+        // A write that cannot finish in time (a peer that stopped reading) leaves the frame
+        // half sent: the connection is given up, and the next request opens another.
+        let sent =
+            tokio::time::timeout(timeout, async { conn.writer.lock().await.send(Bytes::from(frame)).await }).await;
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                conn.lose(&self.addr);
+                return Err(PeerError::Lost(self.addr.clone()));
+            }
+            Err(_) => {
+                conn.lose(&self.addr);
+                return Err(PeerError::Timeout(timeout));
+            }
+        }
         let addr = self.addr.clone();
         Ok(async move {
             match tokio::time::timeout(timeout, wait).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => Err(PeerError::Lost(addr)),
-                Err(_) => Err(PeerError::Timeout(timeout)),
+                Err(_) => {
+                    if let Some(pending) = lock(&conn.pending).as_mut() {
+                        pending.remove(&id);
+                    }
+                    Err(PeerError::Timeout(timeout))
+                }
             }
         })
     }
@@ -173,52 +251,28 @@ impl PeerClient {
     }
 }
 
-async fn client_connection(addr: String, stream: TcpStream, mut rx: mpsc::Receiver<(PeerRequest, Pending)>) {
-    let (r, w) = stream.into_split();
+/// Reads a connection's answers and hands each to its request, until the connection ends.
+async fn read_answers(addr: String, r: tokio::net::tcp::OwnedReadHalf, pending: PendingMap) {
     let mut reader = FramedRead::new(r, codec());
-    let mut writer = FramedWrite::new(w, codec());
-    let mut pending: HashMap<u64, Pending> = HashMap::new();
-    let mut next_id = 0u64;
-    loop {
-        tokio::select! {
-            msg = rx.recv() => {
-                let Some((body, done)) = msg else { break };
-                next_id += 1;
-                let frame = match postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id: next_id, body }) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        let _ = done.send(Err(PeerError::Codec(e.to_string())));
-                        continue;
-                    }
-                };
-                pending.insert(next_id, done);
-                if writer.send(Bytes::from(frame)).await.is_err() {
-                    break;
+    while let Some(Ok(frame)) = reader.next().await {
+        match postcard::from_bytes::<Envelope<PeerResponse>>(&frame) {
+            Ok(env) if env.version == PROTOCOL_VERSION => {
+                let done = lock(&pending).as_mut().and_then(|p| p.remove(&env.id));
+                if let Some(done) = done {
+                    let _ = done.send(Ok(env.body));
                 }
             }
-            frame = reader.next() => {
-                let Some(Ok(frame)) = frame else { break };
-                match postcard::from_bytes::<Envelope<PeerResponse>>(&frame) {
-                    Ok(env) if env.version == PROTOCOL_VERSION => {
-                        if let Some(done) = pending.remove(&env.id) {
-                            let _ = done.send(Ok(env.body));
-                        }
-                    }
-                    Ok(env) => {
-                        tracing::warn!(%addr, version = env.version, "peer speaks another protocol version");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(%addr, error = %e, "undecodable peer response");
-                        break;
-                    }
-                }
+            Ok(env) => {
+                tracing::warn!(%addr, version = env.version, "peer speaks another protocol version");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "undecodable peer response");
+                break;
             }
         }
     }
-    for (_, done) in pending {
-        let _ = done.send(Err(PeerError::Lost(addr.clone())));
-    }
+    fail_pending(&pending, &addr);
 }
 
 /// What the peer server needs to answer requests.
@@ -281,75 +335,88 @@ fn heard<H: PeerHandler>(h: &H, vote: &crate::raft::Vote) {
     }
 }
 
+/// Writes one answer. A response that cannot be encoded is logged and skipped (its request
+/// times out); only a failed write ends the connection.
+async fn answer(writer: &mut Writer, id: u64, body: PeerResponse) -> Result<(), PeerError> {
+    let frame = match postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id, body }) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(error = %e, "peer response not encodable");
+            return Ok(());
+        }
+    };
+    writer.send(Bytes::from(frame)).await.map_err(|e| PeerError::Codec(e.to_string()))
+}
+
+/// One peer connection, served on one task: requests are read and answered here, and those
+/// whose answer takes a while (forwarded writes, read index, votes) wait in `waiting`, polled
+/// by the same task, so no answer is handed to another task on its way out.
 async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Result<(), PeerError> {
     let (r, w) = stream.into_split();
     let mut reader = FramedRead::new(r, codec());
-    let mut writer = FramedWrite::new(w, codec());
-    let (out_tx, mut out_rx) = mpsc::channel::<(u64, PeerResponse)>(1024);
-    let writer_task = tokio::spawn(async move {
-        while let Some((id, body)) = out_rx.recv().await {
-            let Ok(frame) = postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id, body }) else { continue };
-            if writer.send(Bytes::from(frame)).await.is_err() {
-                break;
-            }
-        }
-    });
+    let mut writer: Writer = FramedWrite::new(w, codec());
+    let mut waiting: FuturesUnordered<BoxFuture<'static, (u64, PeerResponse)>> = FuturesUnordered::new();
     // The snapshot being received on this connection: its file and the next offset.
     let mut receiving: Option<(tokio::fs::File, u64)> = None;
-    while let Some(frame) = reader.next().await {
+    loop {
+        let frame = tokio::select! {
+            biased;
+            Some((id, body)) = waiting.next() => {
+                answer(&mut writer, id, body).await?;
+                continue;
+            }
+            frame = reader.next() => frame,
+        };
+        let Some(frame) = frame else { break };
         let frame = frame.map_err(|e| PeerError::Codec(e.to_string()))?;
         let env: Envelope<PeerRequest> = postcard::from_bytes(&frame).map_err(|e| PeerError::Codec(e.to_string()))?;
         if env.version != PROTOCOL_VERSION {
             return Err(PeerError::Codec(format!("protocol version {}", env.version)));
         }
         let id = env.id;
-        let out = out_tx.clone();
         match env.body {
             // Submitted here, in arrival order; only the wait is concurrent.
             PeerRequest::Forward(batch) => {
                 let fut = h.forward(batch).await;
-                tokio::spawn(async move {
-                    let _ = out.send((id, PeerResponse::Forward(fut.await))).await;
-                });
+                waiting.push(async move { (id, PeerResponse::Forward(fut.await)) }.boxed());
             }
             PeerRequest::Touch(sessions) => {
                 h.touch(&sessions);
-                let _ = out.send((id, PeerResponse::Touch)).await;
+                answer(&mut writer, id, PeerResponse::Touch).await?;
             }
             PeerRequest::ReadIndex => {
                 let fut = h.read_index();
-                tokio::spawn(async move {
-                    let _ = out.send((id, PeerResponse::ReadIndex(fut.await))).await;
-                });
+                waiting.push(async move { (id, PeerResponse::ReadIndex(fut.await)) }.boxed());
             }
             PeerRequest::PreVote { candidate, last_log } => {
-                let _ = out.send((id, PeerResponse::PreVote(h.pre_vote(candidate, last_log)))).await;
+                let support = h.pre_vote(candidate, last_log);
+                answer(&mut writer, id, PeerResponse::PreVote(support)).await?;
             }
-            // On this task: openraft sends each connection's AppendEntries one at a time (a
+            // Awaited here: openraft sends each connection's AppendEntries one at a time (a
             // replication stream, or a heartbeat worker, awaits each answer), so a task per
             // request would only add a hop. Each hop wakes the runtime's other worker once
             // tokio's LIFO slot is spent, and that wake-up costs a follower more than the hop.
             PeerRequest::AppendEntries(rpc) => {
                 heard(&*h, &rpc.vote);
                 let resp = h.raft().append_entries(rpc).await;
-                let _ = out.send((id, PeerResponse::AppendEntries(resp))).await;
+                answer(&mut writer, id, PeerResponse::AppendEntries(resp)).await?;
             }
             PeerRequest::Vote(rpc) => {
                 let raft = h.raft().clone();
-                tokio::spawn(async move {
-                    let _ = out.send((id, PeerResponse::Vote(raft.vote(rpc).await))).await;
-                });
+                waiting.push(async move { (id, PeerResponse::Vote(raft.vote(rpc).await)) }.boxed());
             }
-            // In order, on this task: chunks of one snapshot arrive on one connection.
+            // In order, here: chunks of one snapshot arrive on one connection.
             PeerRequest::SnapshotChunk { vote, meta, offset, data, done } => {
                 heard(&*h, &vote);
                 let r = receive_chunk(&*h, &mut receiving, vote, meta, offset, &data, done).await;
-                let _ = out.send((id, PeerResponse::SnapshotChunk(r))).await;
+                answer(&mut writer, id, PeerResponse::SnapshotChunk(r)).await?;
             }
         }
     }
-    drop(out_tx);
-    let _ = writer_task.await;
+    // The peer sent all it will: what is still being answered goes out before the close.
+    while let Some((id, body)) = waiting.next().await {
+        answer(&mut writer, id, body).await?;
+    }
     Ok(())
 }
 
