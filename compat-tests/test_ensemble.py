@@ -954,3 +954,33 @@ def test_leader_frozen_by_sigstop_under_lock_load(ensemble3, clients, lock_runs,
     run.wait_acks(6, since=t_cont, timeout=30)
     run.finish()
     run.verify()
+
+
+def test_one_member_ensemble_keeps_serving_when_idle(clients):
+    """A zoo.cfg with a single server.1 line: that member is its own quorum and keeps serving
+    after idling longer than the leader lease (Warden suspended it for good once it idled two
+    leases: nobody acknowledged a sole voter, and no client could connect to write again)."""
+    ens = Ensemble(1, name="ens-one")
+    try:
+        # ZooKeeper runs a one-server configuration standalone (standaloneEnabled), which
+        # Ensemble.start's wait for a leader would not accept.
+        ens.members[0].start(wait=False)
+        deadline = time.monotonic() + 60
+        while srvr_mode(ens.hostports[0]) not in ("standalone", "leader"):
+            assert time.monotonic() < deadline, srvr_mode(ens.hostports[0])
+            time.sleep(0.1)
+        path = uniq("one-member")
+        zk = clients(ens.hostports[0])
+        zk.create(path, b"before")
+        zk.stop()
+        # The serving check allows max(2 leases, one tick) = 2 s since the last acknowledgement.
+        time.sleep(3.5)
+        assert srvr_mode(ens.hostports[0]) in ("standalone", "leader"), srvr_mode(ens.hostports[0])
+        zk = clients(ens.hostports[0])
+        assert zk.get(path)[0] == b"before"
+        zk.set(path, b"after")
+        time.sleep(3.5)
+        assert zk.get(path)[0] == b"after"
+        assert zk.state == KazooState.CONNECTED
+    finally:
+        ens.close()

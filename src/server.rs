@@ -317,7 +317,14 @@ async fn watch_quorum(
         }
         let ok = match m.current_leader {
             None => false,
-            Some(l) if l == d.config.server_id => crate::raft::millis_since_quorum_ack(&m).is_some_and(|ms| ms < limit),
+            // The sole voter of a one-member ensemble (a zoo.cfg with one server.N line) is
+            // its own quorum: with no follower to acknowledge it, the last acknowledgement
+            // ages while it idles, and its service was suspended two leases after its last
+            // write, for good (no client could connect to write again).
+            Some(l) if l == d.config.server_id => {
+                m.membership_config.membership().voter_ids().eq([d.config.server_id])
+                    || crate::raft::millis_since_quorum_ack(&m).is_some_and(|ms| ms < limit)
+            }
             // A follower serves while its leader is heard from: it does not campaign (so never
             // forgets the leader) until a majority has lost the leader too.
             Some(l) => d
