@@ -211,6 +211,9 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     }
     tasks.push(tokio::spawn(watch_quorum(dispatcher.clone(), serving_tx, stop_rx.clone())));
     tasks.push(tokio::spawn(snapshot_by_txns(dispatcher.clone(), stop_rx.clone())));
+    if !standalone {
+        tasks.push(tokio::spawn(tick_while_needed(raft.clone(), id, stop_rx.clone())));
+    }
 
     let (client_ip, client_port) = match config.servers.get(&id).and_then(|s| s.client.clone()) {
         Some((host, port)) => (host.parse().unwrap_or(config.client_port_address), port),
@@ -372,6 +375,35 @@ async fn snapshot_by_txns(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<
 }
 
 /// A follower tells the leader which sessions it heard from (pings are answered locally).
+/// Turns openraft's tick on only while an ensemble member leads others: the tick fires every
+/// 13/64 of a heartbeat interval (about 5 ms at the default 25 ms) and drives nothing but the
+/// election timer, which an ensemble's voters leave off (they campaign through
+/// [`crate::failover`]), and a leader's heartbeats to its followers and observers. Each tick
+/// woke a worker thread: an idle 3-member ensemble used 0.085 cores with it on every member,
+/// 0.045 with this (BENCHMARKS.md, twenty-first pass). A standalone server keeps its tick
+/// (it elects itself with it at start; turned off after that, a lone reader's get 1×1 p50
+/// rose from 0.030 to 0.064 ms on the benchmark machine, whose idle vCPUs halt at once).
+async fn tick_while_needed(raft: Raft, me: u64, mut stop: tokio::sync::watch::Receiver<bool>) {
+    use openraft::async_runtime::WatchReceiver;
+    let mut server = raft.server_metrics();
+    loop {
+        let needed = {
+            let m = server.borrow_watched();
+            let leading = m.state == openraft::ServerState::Leader && m.current_leader == Some(me);
+            leading && m.membership_config.membership().nodes().any(|(id, _)| *id != me)
+        };
+        raft.runtime_config().tick(needed);
+        tokio::select! {
+            changed = server.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}
+
 async fn send_touches(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period = Duration::from_millis((u64::from(d.config.tick_time_ms) / 4).clamp(20, 500));
     let mut tick = tokio::time::interval(period);
