@@ -16,7 +16,8 @@
 //! spread only while several clients are served at once: the controller ([`adapt`]) counts
 //! the connections that sent a packet in each 25 ms window, spreads the workers when the
 //! running mean reaches [`SPREAD_AT`] and frees them again below [`FREE_BELOW`]. A lone
-//! client never has them pinned, however fast it sends.
+//! client never has them pinned, however fast it sends. An idle server is sampled every
+//! 250 ms instead, so that its first client is seen within a quarter second.
 //!
 //! A worker applies a change itself, the next time it wakes from parking (tokio's
 //! `on_thread_unpark`), with `sched_setaffinity` on its own thread; after a change the
@@ -94,6 +95,12 @@ pub const RELEASE_BELOW_TXNS: f64 = 0.5;
 const HOLD_AT_MOST: Duration = Duration::from_millis(20);
 /// How often the controller samples the load.
 const SAMPLE_EVERY: Duration = Duration::from_millis(25);
+/// How often it samples a server that has been idle for [`IDLE_AFTER`] samples, with its
+/// workers neither spread nor held: each sample wakes a thread, and on an idle server that
+/// costs more than the rest of its idle work (BENCHMARKS.md, twenty-first pass).
+const IDLE_SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// Samples with no client packet and no txn applied after which sampling slows down.
+const IDLE_AFTER: u32 = 8;
 /// Weight of the newest sample in the running mean (about 100 ms of memory at 25 ms).
 const SAMPLE_WEIGHT: f64 = 0.25;
 
@@ -114,6 +121,16 @@ pub struct Window {
     pub requests: u64,
     /// Txns applied in the window: the writes, whichever client sent them.
     pub txns_applied: u64,
+}
+
+impl Window {
+    /// The counts of a window `lasted` long, as a window of [`SAMPLE_EVERY`] would have seen
+    /// them at the same rate (active connections stay as counted).
+    fn scaled_to_sample(self, lasted: Duration) -> Window {
+        let f = SAMPLE_EVERY.as_secs_f64() / lasted.as_secs_f64();
+        let scale = |n: u64| (n as f64 * f).round() as u64;
+        Window { requests: scale(self.requests), txns_applied: scale(self.txns_applied), ..self }
+    }
 }
 
 /// The CPUs in `set`, in order.
@@ -383,16 +400,19 @@ pub async fn adapt(
         }
     }
     let _stopped = Stopped(&placement);
-    let mut tick = tokio::time::interval(SAMPLE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut means = Means::busy();
     let ensemble = placement.ensemble.load(Ordering::Acquire);
+    let mut quiet = 0u32;
     loop {
+        let idle = quiet >= IDLE_AFTER && !placement.is_spread() && !placement.is_holding();
+        let period = if idle { IDLE_SAMPLE_EVERY } else { SAMPLE_EVERY };
         tokio::select! {
-            _ = tick.tick() => {}
+            () = tokio::time::sleep(period) => {}
             _ = stop.changed() => return,
         }
-        means.add(take_window());
+        let window = take_window();
+        quiet = if window == Window::default() { quiet.saturating_add(1) } else { 0 };
+        means.add(if idle { window.scaled_to_sample(period) } else { window });
         placement.set_hold(!ensemble && decide_hold(placement.is_holding(), means));
         if placement.set_spread(decide(placement.is_spread(), means.active)) {
             // A parked worker applies the change only when it next wakes; an idle one could
@@ -409,6 +429,16 @@ pub async fn adapt(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long (idle-time) window's counts are taken at the rate of a normal one, so the first
+    /// burst after a quiet spell does not look ten times as heavy as it is.
+    #[test]
+    fn a_long_window_counts_at_the_normal_rate() {
+        let w = Window { active_connections: 3, requests: 5_000, txns_applied: 1_001 };
+        let scaled = w.scaled_to_sample(IDLE_SAMPLE_EVERY);
+        assert_eq!(scaled, Window { active_connections: 3, requests: 500, txns_applied: 100 });
+        assert_eq!(w.scaled_to_sample(SAMPLE_EVERY), w);
+    }
 
     /// Spreading needs a sustained overlap, and a spread placement is kept through a lull
     /// shorter than the running mean's memory: no flapping at the threshold.
