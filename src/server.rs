@@ -374,13 +374,12 @@ async fn snapshot_by_txns(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<
     }
 }
 
-/// A follower tells the leader which sessions it heard from (pings are answered locally).
 /// Turns openraft's tick on only while an ensemble member leads others: the tick fires every
 /// 13/64 of a heartbeat interval (about 5 ms at the default 25 ms) and drives nothing but the
 /// election timer, which an ensemble's voters leave off (they campaign through
 /// [`crate::failover`]), and a leader's heartbeats to its followers and observers. Each tick
-/// woke a worker thread: an idle 3-member ensemble used 0.085 cores with it on every member,
-/// 0.045 with this (BENCHMARKS.md, twenty-first pass). A standalone server keeps its tick
+/// woke a worker thread: an idle 3-member ensemble used 0.08–0.10 cores with it on every
+/// member, 0.045–0.063 with this (BENCHMARKS.md, twenty-first pass). A standalone server keeps its tick
 /// (it elects itself with it at start; turned off after that, a lone reader's get 1×1 p50
 /// rose from 0.030 to 0.064 ms on the benchmark machine, whose idle vCPUs halt at once).
 async fn tick_while_needed(raft: Raft, me: u64, mut stop: tokio::sync::watch::Receiver<bool>) {
@@ -404,6 +403,7 @@ async fn tick_while_needed(raft: Raft, me: u64, mut stop: tokio::sync::watch::Re
     }
 }
 
+/// A follower tells the leader which sessions it heard from (pings are answered locally).
 async fn send_touches(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period = Duration::from_millis((u64::from(d.config.tick_time_ms) / 4).clamp(20, 500));
     let mut tick = tokio::time::interval(period);
