@@ -1,7 +1,8 @@
 """Worker placement (`runtime.spreadWorkers`, Warden's own zoo.cfg key): while several
 clients are served at once, each tokio worker thread of the server is pinned to a CPU of its
 own; a lone client, or no load, leaves them wherever the kernel puts them. While a lone
-client writes, all workers but one are held (the `warden_runtime_workers_held` gauge).
+client writes, all workers but one are held (the `warden_runtime_workers_held` gauge), on a
+standalone server and on ensemble members alike.
 
 Black box: a real Warden process, real kazoo clients, and what the kernel reports of the
 server's threads (`/proc/<pid>/task/<tid>/status`, `Cpus_allowed_list`), plus the
@@ -175,6 +176,46 @@ def test_a_lone_writer_is_served_by_one_worker():
         wait_for(lambda: held_gauge(url) == 0, timeout=10, what="no hold once the load stops")
     finally:
         srv.close()
+
+
+def test_ensemble_members_hold_under_a_lone_writer():
+    """auto on a 3-member ensemble: while one client writes through a follower, the leader
+    and that follower hold all workers but one too (the leader's log writer thread wakes
+    openraft from outside the runtime and releases the held worker each time), and the
+    writes keep succeeding; once the load stops nobody is held."""
+    import ensemble  # noqa: PLC0415 - imports pytest fixtures only the ensemble tests need
+
+    ens = ensemble.Ensemble(3, name="placement-ens", extra_cfg={
+        "metricsProvider.className": "org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider",
+        "metricsProvider.httpHost": "127.0.0.1",
+    })
+    try:
+        urls = []
+        for m in ens.members:
+            port = harness.free_port()
+            m.extra_cfg["metricsProvider.httpPort"] = str(port)
+            m._write_config()
+            urls.append(f"http://127.0.0.1:{port}/metrics")
+        ens.start()
+        leader = ens.wait_stable(60)
+        follower = ens.followers()[0]
+        for url in urls:
+            wait_http(url)
+        writer = Load(ens.hostports[follower], 1, write=True)
+        try:
+            for i in (leader, follower):
+                wait_for(lambda i=i: held_gauge(urls[i]) == 1, timeout=15,
+                         what=f"member {i + 1}'s workers held under a lone writer")
+            before = writer.zks[0].get("/placement")[1].version
+            time.sleep(1.0)
+            assert writer.zks[0].get("/placement")[1].version > before + 10, "writes go on while held"
+            assert held_gauge(urls[leader]) == 1, "the leader still holds"
+        finally:
+            writer.close()
+        for url in urls:
+            wait_for(lambda url=url: held_gauge(url) == 0, timeout=15, what="no hold once the load stops")
+    finally:
+        ens.close()
 
 
 def test_spreading_can_be_switched_off():

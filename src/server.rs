@@ -81,7 +81,14 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
         log_store
     } else {
         log_store
-            .with_writer(config.server_id)
+            .with_writer(config.server_id, {
+                let placement = placement.clone();
+                move || {
+                    if let Some(p) = &placement {
+                        p.woke_from_outside();
+                    }
+                }
+            })
             .map_err(|e| ServerError::Raft(format!("cannot start the log writer thread: {e}")))?
     };
     let leader_contact = Arc::new(crate::failover::LeaderContact::new(log_store.last_log()));
@@ -193,9 +200,6 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
         )));
     }
     if let Some(p) = placement {
-        if !config.servers.is_empty() {
-            p.for_ensemble();
-        }
         let stats = dispatcher.stats.clone();
         let applied = shared.applied.subscribe();
         let mut last_zxid = *applied.borrow();

@@ -216,6 +216,7 @@ fn run_writer(
     tail: Arc<Mutex<Tail>>,
     rx: std::sync::mpsc::Receiver<(Vec<Command>, Done)>,
     queued: Arc<std::sync::atomic::AtomicUsize>,
+    woke: impl Fn(),
 ) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
@@ -248,6 +249,7 @@ fn run_writer(
             }
         }
         queued.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+        woke();
     }
 }
 
@@ -402,13 +404,15 @@ impl LogStore {
     /// logs and proposes at once). Entries from another leader are still written on the
     /// calling thread when nothing is queued: a follower answers only once its copy is
     /// durable, and a thread hand-off would only add to that.
-    pub fn with_writer(mut self, id: u64) -> std::io::Result<LogStore> {
+    /// `woke` runs on the writer thread after each batch of jobs has told its waiters (see
+    /// `crate::placement::Placement::woke_from_outside`).
+    pub fn with_writer(mut self, id: u64, woke: impl Fn() + Send + 'static) -> std::io::Result<LogStore> {
         let (tx, rx) = std::sync::mpsc::channel();
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (db, segments, tail, q) = (self.db.clone(), self.segments.clone(), self.tail.clone(), queued.clone());
         std::thread::Builder::new()
             .name("raft-log-writer".into())
-            .spawn(move || run_writer(db, segments, tail, rx, q))?;
+            .spawn(move || run_writer(db, segments, tail, rx, q, woke))?;
         self.writer = Some((id, Arc::new(Writer { tx: Mutex::new(tx), queued })));
         Ok(self)
     }
