@@ -35,6 +35,7 @@ from kazoo.exceptions import BadVersionError, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 import harness
+import zkwire as w
 from ensemble import Ensemble, srvr_mode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -300,6 +301,56 @@ def test_write_through_each_member_readable_on_every_member(shared_ensemble3, cl
     cs[2].set(f"{base}/n0", b"last")
     cs[0].sync(f"{base}/n0")
     assert cs[0].get(f"{base}/n0")[0] == b"last"
+
+
+def test_own_writes_on_a_follower_seen_at_once_and_events_before_replies(shared_ensemble3):
+    """On a follower, a session's read sent right behind its write sees it, and a watched write's
+    event comes before its reply, whether or not the session held a watch when it wrote.
+
+    Warden answers a watch-free session's write on the leader's word, before the follower has
+    applied it; its next reads must wait for the apply (ZooKeeper's follower answers only
+    after applying, so both orders hold there by construction)."""
+    ens = shared_ensemble3
+    follower = ens.hostports[ens.followers()[0]]
+    base = uniq("ens-fence")
+    setup = w.Conn(follower)
+    assert setup.create(base).err == 0
+    assert setup.create(base + "/x", b"v").err == 0
+    setup.close()
+
+    def set_body(data: bytes) -> bytes:
+        return w.ustring(base + "/x") + w.buffer(data) + b"\xff\xff\xff\xff"
+
+    def get_body(watch: bool) -> bytes:
+        return w.ustring(base + "/x") + struct.pack(">?", watch)
+
+    # A session that never watches: pipelined write then read, and one after the other.
+    c = w.Conn(follower)
+    for i in range(150):
+        data = f"p{i}".encode()
+        c.send_only(w.OP_SET_DATA, set_body(data))
+        c.send_only(w.OP_GET_DATA, get_body(False))
+        r_set, r_get = c.read_reply(), c.read_reply()
+        assert (r_set.err, r_get.err) == (0, 0)
+        got, stat = w.parse_get_data(r_get.body)
+        assert got == data, f"round {i}: a read right behind the session's write saw {got!r}"
+        assert r_get.zxid >= r_set.zxid, f"round {i}: the read's zxid is behind the write's"
+        data = f"s{i}".encode()
+        assert c.set_data(base + "/x", data).err == 0
+        assert w.parse_get_data(c.get_data(base + "/x").body)[0] == data, f"round {i}: read after the reply"
+    # The same session starts watching between two pipelined writes: the first is answered
+    # as before, the read sees it, and the second's event precedes the second's reply.
+    for i in range(30):
+        first, second = f"a{i}".encode(), f"b{i}".encode()
+        c.send_only(w.OP_SET_DATA, set_body(first))
+        c.send_only(w.OP_GET_DATA, get_body(True))
+        c.send_only(w.OP_SET_DATA, set_body(second))
+        frames = [c.read_reply() for _ in range(4)]
+        assert [f.xid for f in frames] == [c.xid - 2, c.xid - 1, w.NOTIFICATION_XID, c.xid], (
+            f"round {i}: frames {[(f.xid, f.err) for f in frames]}")
+        assert w.parse_get_data(frames[1].body)[0] == first
+        assert w.parse_event(frames[2].body).type == w.EV_DATA_CHANGED
+    c.close()
 
 
 def test_watch_on_one_member_fires_for_write_on_another(shared_ensemble3, clients):

@@ -4,9 +4,11 @@
 //!   before its log (create mode flags, TTL support and range), and stamps time and the
 //!   caller's identities into the [`Txn`].
 //! - **propose** ([`Dispatcher::propose`]): `client_write` through Raft; returns once the entry
-//!   is applied here.
+//!   is applied here ([`Dispatcher::propose_committed`]: once committed, for a session that
+//!   holds no watch).
 //! - **reads** ([`Dispatcher::read`], `FinalRequestProcessor` for reads): served from the local
-//!   tree; watches are registered under the same tree lock the read used.
+//!   tree; watches are registered under the same tree lock the read used. A session's read
+//!   waits until the tree has its last write ([`Dispatcher::read_after`]).
 //! - **reply** ([`error_code`], [`Dispatcher::write_reply`]): the one place internal errors
 //!   become ZooKeeper error codes.
 //!
@@ -48,6 +50,10 @@ use crate::watch::WatchManager;
 /// How long a read-index check keeps trying rounds that miss their quorum (see
 /// [`Dispatcher::ensure_linearizable`]); a follower's `sync` waits 5 s for the leader's answer.
 const LINEARIZABLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How long a session's read waits for this server to apply the session's last write (see
+/// [`Dispatcher::read_after`]): as long as a forwarded write waits for its own apply.
+const FENCE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A reply ready to be framed: zxid, error code and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,6 +279,14 @@ impl Dispatcher {
         self.proposer.propose(txn).await
     }
 
+    /// Propose: replicate `txn` and wait until it is committed. On a follower the result may
+    /// come before this server has applied it (before its watch events are queued here): for
+    /// a session that holds no watches, whose next reads then wait for the result's zxid
+    /// ([`Dispatcher::read_after`]).
+    pub async fn propose_committed(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
+        self.proposer.submit_committed(txn).await?.await.map_err(|_| ProposeError::Raft("proposal dropped".into()))?
+    }
+
     /// Confirms this server's leadership with a quorum (openraft's read index). One round that
     /// misses its quorum is not the answer: a heartbeat round gives each follower only one
     /// heartbeat interval to reply, and a follower busy with an fsync on a slow disk misses
@@ -394,7 +408,43 @@ impl Dispatcher {
 
     /// Serves a read from the local tree; watches are registered under the same lock.
     pub fn read(&self, caller: &Caller, request: &Request) -> Reply {
+        self.read_in(&self.shared.read(), caller, request)
+    }
+
+    /// Serves a read if the local tree has applied `fence` (the zxid of the session's last
+    /// write; see [`Dispatcher::propose_committed`]), checked under the read's own lock.
+    pub fn read_applied(&self, caller: &Caller, request: &Request, fence: i64) -> Option<Reply> {
         let tree = self.shared.read();
+        (tree.last_zxid() >= fence).then(|| self.read_in(&tree, caller, request))
+    }
+
+    /// Serves a read once the local tree has applied `fence`. A server that does not get
+    /// there within [`FENCE_PATIENCE`] (cut off from its leader) serves it from what it has,
+    /// as it answers a write it could not apply in that time.
+    pub async fn read_after(&self, caller: &Caller, request: &Request, fence: i64) -> Reply {
+        if let Some(reply) = self.read_applied(caller, request, fence) {
+            return reply;
+        }
+        let mut applied = self.shared.applied.subscribe();
+        let _ = tokio::time::timeout(FENCE_PATIENCE, applied.wait_for(|z| *z >= fence)).await;
+        self.read(caller, request)
+    }
+
+    /// Whether `request` may leave a watch for its session: a connection whose session holds
+    /// none gets no watch event from its own writes, and may have them answered before they
+    /// are applied here.
+    pub fn may_watch(request: &Request) -> bool {
+        match request {
+            Request::Exists(r) => r.watch,
+            Request::GetData(r) => r.watch,
+            Request::GetChildren(r) => r.watch,
+            Request::GetChildren2(r) => r.watch,
+            Request::AddWatch(_) | Request::SetWatches(_) | Request::SetWatches2(_) => true,
+            _ => false,
+        }
+    }
+
+    fn read_in(&self, tree: &crate::tree::DataTree, caller: &Caller, request: &Request) -> Reply {
         let zxid = tree.last_zxid();
         let sid = caller.session_id;
         let ids = &caller.auth;
@@ -474,7 +524,7 @@ impl Dispatcher {
             Request::RemoveWatches(r) => self.remove_watches(zxid, sid, &r.path, r.watcher_type, false),
             Request::SetWatches(w) => {
                 self.watches.set_watches(
-                    &tree,
+                    tree,
                     sid,
                     w.relative_zxid,
                     &w.data_watches,
@@ -487,7 +537,7 @@ impl Dispatcher {
             }
             Request::SetWatches2(w) => {
                 self.watches.set_watches(
-                    &tree,
+                    tree,
                     sid,
                     w.relative_zxid,
                     &w.data_watches,

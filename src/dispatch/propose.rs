@@ -9,10 +9,12 @@
 //! while the previous one was being written; an ensemble leader's log writer thread joins
 //! the entries queued behind an fsync into the next one (see `LogStore::with_writer`). At
 //! most [`MAX_IN_FLIGHT`] batches are in openraft at once. On a follower the batch
-//! is forwarded to the leader over the peer port, and the answer is released only after this
-//! server has applied the entry itself, so the client's next read here sees its write and its
-//! watch events are queued first. Batches leave in inbox order, so a session's writes enter
-//! the log in the order it sent them.
+//! is forwarded to the leader over the peer port. A txn's answer is released once this
+//! server has applied the entry itself, so its watch events are queued first; a txn queued
+//! with [`Proposer::submit_committed`] is answered as soon as the leader reports it committed,
+//! and its connection keeps the session's next reads waiting for the local apply instead
+//! (see `crate::client`). Batches leave in inbox order, so a session's writes enter the log
+//! in the order it sent them.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -55,10 +57,18 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 type Outcome = Result<TxnResult, ProposeError>;
 type Waiter = oneshot::Sender<Outcome>;
 
+/// A txn waiting for a batch: its waiter, and whether a follower may answer it on the
+/// leader's word, before applying it here (see [`Proposer::submit_committed`]).
+struct Queued {
+    txn: Txn,
+    waiter: Waiter,
+    committed_is_enough: bool,
+}
+
 /// Txns waiting for a batch, in arrival order: pushed by connections, taken by the proposer
 /// task (forwarding, failing) and by the log store as it appends a batch proposed empty.
 pub struct Inbox {
-    queue: Mutex<VecDeque<(Txn, Waiter)>>,
+    queue: Mutex<VecDeque<Queued>>,
     /// Notified when a txn is queued, or when the last [`Proposer`] handle goes.
     ready: Notify,
     /// Room left in the queue: connections wait for it (back-pressure).
@@ -80,11 +90,11 @@ impl Inbox {
         }
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<(Txn, Waiter)>> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
         self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn push(&self, item: (Txn, Waiter)) -> Result<(), ProposeError> {
+    async fn push(&self, item: Queued) -> Result<(), ProposeError> {
         let room = self.room.acquire().await.map_err(|_| ProposeError::Raft("proposer stopped".into()))?;
         room.forget();
         {
@@ -106,7 +116,7 @@ impl Inbox {
             queue.drain(..).collect()
         };
         self.room.close();
-        fail_all(queued.into_iter().map(|(_, w)| w).collect(), "proposer stopped");
+        fail_all(queued.into_iter().map(|q| q.waiter).collect(), "proposer stopped");
     }
 
     /// Waits until a txn is queued; false once no handle can queue any more.
@@ -123,14 +133,14 @@ impl Inbox {
     }
 
     /// The oldest queued txns, as many as one batch may carry.
-    fn take_batch(&self) -> Vec<(Txn, Waiter)> {
+    fn take_batch(&self) -> Vec<Queued> {
         let mut batch = Vec::new();
         let mut bytes = 0;
         {
             let mut queue = self.queue();
             while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
                 let Some(item) = queue.pop_front() else { break };
-                bytes += txn_bytes(&item.0);
+                bytes += txn_bytes(&item.txn);
                 batch.push(item);
             }
         }
@@ -139,7 +149,7 @@ impl Inbox {
     }
 
     /// Everything queued.
-    fn take_all(&self) -> Vec<(Txn, Waiter)> {
+    fn take_all(&self) -> Vec<Queued> {
         let all: Vec<_> = self.queue().drain(..).collect();
         self.room.add_permits(all.len());
         all
@@ -173,7 +183,7 @@ impl crate::txn::Fill for Unfilled {
         let batch = self.inbox.take_batch();
         drop(slot.take());
         metrics::histogram!("warden_raft_batch_txns").record(batch.len() as f64);
-        batch.into_iter().unzip()
+        batch.into_iter().map(|q| (q.txn, q.waiter)).unzip()
     }
 }
 
@@ -226,8 +236,21 @@ impl Proposer {
 
     /// Queues a txn; the receiver yields its result once applied on this server.
     pub async fn submit(&self, txn: Txn) -> Result<oneshot::Receiver<Outcome>, ProposeError> {
-        let (done, wait) = oneshot::channel();
-        self.inbox.0.push((txn, done)).await?;
+        self.queue(txn, false).await
+    }
+
+    /// Queues a txn; the receiver yields its result once it is committed, which on a follower
+    /// may be before this server has applied it (the leader's answer comes first about three
+    /// times in four, ~55 µs before the local apply on a 1×1 write). For a connection whose
+    /// session can get no watch event from the txn, which must then hold its session's next
+    /// reads until the local tree has the result's zxid.
+    pub async fn submit_committed(&self, txn: Txn) -> Result<oneshot::Receiver<Outcome>, ProposeError> {
+        self.queue(txn, true).await
+    }
+
+    async fn queue(&self, txn: Txn, committed_is_enough: bool) -> Result<oneshot::Receiver<Outcome>, ProposeError> {
+        let (waiter, wait) = oneshot::channel();
+        self.inbox.0.push(Queued { txn, waiter, committed_is_enough }).await?;
         Ok(wait)
     }
 
@@ -294,7 +317,7 @@ async fn leader_other_than(
 fn fail_queued(inbox: &Inbox, e: &str) {
     let queued = inbox.take_all();
     let n = queued.len();
-    fail_all(queued.into_iter().map(|(_, w)| w).collect(), e);
+    fail_all(queued.into_iter().map(|q| q.waiter).collect(), e);
     if n > 0 {
         tracing::info!(txns = n, reason = e, "queued writes failed after a failed batch");
     }
@@ -403,7 +426,12 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
             continue;
         }
         // A follower: forward to the leader, in order, then wait for the local apply.
-        let (txns, waiters): (Vec<Txn>, Vec<Waiter>) = inbox.take_batch().into_iter().unzip();
+        let mut txns = Vec::new();
+        let mut waiters = Vec::new();
+        for q in inbox.take_batch() {
+            txns.push(q.txn);
+            waiters.push((q.waiter, q.committed_is_enough));
+        }
         metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
         let client = peers.entry(leader_id).or_insert_with(|| PeerClient::new(leader_addr)).clone();
         match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
@@ -421,7 +449,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
                         biased;
                         answer = answer => answer,
                         () = leader_other_than(&mut metrics, leader_id) => {
-                            fail_all(waiters, "the leader changed while a forwarded batch was in flight");
+                            fail_all(waiters.into_iter().map(|(w, _)| w).collect(), "the leader changed while a forwarded batch was in flight");
                             drop(slot);
                             drop(permit);
                             return;
@@ -429,15 +457,31 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
                     };
                     match answer {
                         Ok(PeerResponse::Forward(Ok(results))) => {
-                            let last = results.iter().map(|r| r.zxid).max().unwrap_or(0);
-                            let _ = tokio::time::timeout(FORWARD_TIMEOUT, applied.wait_for(|z| *z >= last)).await;
-                            for (w, r) in waiters.into_iter().zip(results) {
+                            // Committed: those that may be answered now are; the rest once
+                            // this server has applied the entry too.
+                            let mut after_apply = Vec::new();
+                            for ((w, committed_is_enough), r) in waiters.into_iter().zip(results) {
+                                if committed_is_enough {
+                                    let _ = w.send(Ok(r));
+                                } else {
+                                    after_apply.push((w, r));
+                                }
+                            }
+                            if let Some(last) = after_apply.iter().map(|(_, r)| r.zxid).max() {
+                                let _ = tokio::time::timeout(FORWARD_TIMEOUT, applied.wait_for(|z| *z >= last)).await;
+                            }
+                            for (w, r) in after_apply {
                                 let _ = w.send(Ok(r));
                             }
                         }
-                        Ok(PeerResponse::Forward(Err(e))) => fail_all(waiters, &e),
-                        Ok(_) => fail_all(waiters, "unexpected answer to a forwarded batch"),
-                        Err(e) => fail_all(waiters, &e.to_string()),
+                        answer => {
+                            let waiters = waiters.into_iter().map(|(w, _)| w).collect();
+                            match answer {
+                                Ok(PeerResponse::Forward(Err(e))) => fail_all(waiters, &e),
+                                Ok(_) => fail_all(waiters, "unexpected answer to a forwarded batch"),
+                                Err(e) => fail_all(waiters, &e.to_string()),
+                            }
+                        }
                     }
                     drop(slot);
                     drop(permit);
@@ -445,7 +489,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
             }
             Err(e) => {
                 peers.remove(&leader_id);
-                fail_all(waiters, &e.to_string());
+                fail_all(waiters.into_iter().map(|(w, _)| w).collect(), &e.to_string());
             }
         }
     }
@@ -465,7 +509,7 @@ mod tests {
         let mut waits = Vec::new();
         for &s in sessions {
             let (done, wait) = oneshot::channel();
-            inbox.push((txn(s), done)).await.expect("push");
+            inbox.push(Queued { txn: txn(s), waiter: done, committed_is_enough: false }).await.expect("push");
             waits.push(wait);
         }
         waits
@@ -517,7 +561,7 @@ mod tests {
             assert!(matches!(w.await, Ok(Err(ProposeError::Raft(_)))));
         }
         let (done, _wait) = oneshot::channel();
-        assert!(inbox.push((txn(3), done)).await.is_err());
+        assert!(inbox.push(Queued { txn: txn(3), waiter: done, committed_is_enough: false }).await.is_err());
         assert!(inbox.queue().is_empty());
     }
 
