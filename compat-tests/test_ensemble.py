@@ -338,6 +338,15 @@ def test_own_writes_on_a_follower_seen_at_once_and_events_before_replies(shared_
         data = f"s{i}".encode()
         assert c.set_data(base + "/x", data).err == 0
         assert w.parse_get_data(c.get_data(base + "/x").body)[0] == data, f"round {i}: read after the reply"
+    # A request refused before the log, right behind a write, is not answered with an older
+    # zxid than the write's (ZooKeeper logs it as an error txn with a zxid of its own).
+    for i in range(50):
+        c.send_only(w.OP_SET_DATA, set_body(f"r{i}".encode()))
+        c.send_only(w.OP_CREATE, w.ustring(base + "/bad") + w.buffer(b"") + w.acl_vector(w.OPEN_ACL)
+                    + struct.pack(">i", 99))
+        r_set, r_bad = c.read_reply(), c.read_reply()
+        assert r_set.err == 0 and r_bad.err != 0, (r_set, r_bad)
+        assert r_bad.zxid >= r_set.zxid, f"round {i}: refused request's zxid {r_bad.zxid} < write's {r_set.zxid}"
     # The same session starts watching between two pipelined writes: the first is answered
     # as before, the read sees it, and the second's event precedes the second's reply.
     for i in range(30):

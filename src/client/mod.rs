@@ -11,6 +11,7 @@
 //!   for none on this connection and did not resume from another), once committed: with no
 //!   watch there is no event to come first, and the rule above keeps its reads behind it.
 //!   On a follower the leader's word comes ~55 µs before the local apply (BENCHMARKS.md).
+//!   A reply is never given a zxid below that of a write the session was answered for.
 //!
 //! This module sees only the [`Dispatcher`], never the tree or Raft.
 
@@ -318,6 +319,9 @@ async fn serve(
     let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
     let (done_tx, _) = tokio::sync::watch::channel(Written::default());
     let done_tx = Arc::new(done_tx);
+    // The zxid for a reply made here: this server's, or the session's last write if that was
+    // answered before it was applied here.
+    let now_zxid = || d.last_zxid().max(done_tx.borrow().zxid);
     let mut submitted = 0u64;
     let mut events: VecDeque<Event> = VecDeque::new();
     let mut reading = true;
@@ -417,7 +421,7 @@ async fn serve(
                             reading = false;
                         } else {
                             let reply =
-                                Reply { zxid: d.last_zxid(), err: ErrorCode::MarshallingError, response: Response::Empty };
+                                Reply { zxid: now_zxid(), err: ErrorCode::MarshallingError, response: Response::Empty };
                             jobs.push_back(ready(m.header.xid, reply, false, ("unknown", "NA"), Instant::now()));
                         }
                         continue;
@@ -444,13 +448,13 @@ async fn serve(
                                 }
                             }
                             d.watches.set_auth(session_id, caller.auth.clone());
-                            let reply = Reply { zxid: d.last_zxid(), err: ErrorCode::Ok, response: Response::Empty };
+                            let reply = Reply { zxid: now_zxid(), err: ErrorCode::Ok, response: Response::Empty };
                             jobs.push_back(ready(xid, reply, false, (op, short), started));
                         }
                         Err(code) => {
                             // ZooKeeper answers AuthFailed and closes the connection.
                             d.stats.auth_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
+                            let reply = Reply { zxid: now_zxid(), err: code, response: Response::Empty };
                             jobs.push_back(ready(xid, reply, true, (op, short), started));
                             reading = false;
                         }
@@ -459,7 +463,7 @@ async fn serve(
                 }
                 match d.prep(&caller, &request) {
                     Prepped::Refuse(code) => {
-                        let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
+                        let reply = Reply { zxid: now_zxid(), err: code, response: Response::Empty };
                         jobs.push_back(ready(xid, reply, false, (op, short), started));
                     }
                     Prepped::Read => {
@@ -525,11 +529,19 @@ async fn serve(
                                     d2.propose(txn).await
                                 };
                                 let zxid = result.as_ref().map_or(0, |r| r.zxid);
+                                let failed = result.is_err();
+                                let mut floor = 0;
                                 done.send_modify(|v| {
                                     v.count += 1;
                                     v.zxid = v.zxid.max(zxid);
+                                    floor = v.zxid;
                                 });
                                 let mut reply = d2.write_reply(write_op, result);
+                                if failed {
+                                    // Answered with this server's zxid, which may be behind a
+                                    // write of this session answered before it was applied here.
+                                    reply.zxid = reply.zxid.max(floor);
+                                }
                                 d2.shape_multi(&request, &mut reply);
                                 Done { xid, reply, close, op, short, started }
                             }
