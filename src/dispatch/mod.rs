@@ -336,8 +336,7 @@ impl Dispatcher {
             }
             None => return Err(ProposeError::Raft("no leader".into())),
         };
-        let mut applied = self.shared.applied.subscribe();
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), applied.wait_for(|z| *z >= target)).await;
+        self.shared.wait_applied(target, std::time::Duration::from_secs(5)).await;
         Ok(())
     }
 
@@ -425,8 +424,7 @@ impl Dispatcher {
         if let Some(reply) = self.read_applied(caller, request, fence) {
             return reply;
         }
-        let mut applied = self.shared.applied.subscribe();
-        let _ = tokio::time::timeout(FENCE_PATIENCE, applied.wait_for(|z| *z >= fence)).await;
+        self.shared.wait_applied(fence, FENCE_PATIENCE).await;
         self.read(caller, request)
     }
 

@@ -425,7 +425,8 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
             }
             continue;
         }
-        // A follower: forward to the leader, in order, then wait for the local apply.
+        // A follower: forward to the leader, in order; answer on its word what may be, the
+        // rest once applied here.
         let mut txns = Vec::new();
         let mut waiters = Vec::new();
         for q in inbox.take_batch() {
@@ -436,7 +437,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
         let client = peers.entry(leader_id).or_insert_with(|| PeerClient::new(leader_addr)).clone();
         match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
             Ok(answer) => {
-                let mut applied = shared.applied.subscribe();
+                let shared = shared.clone();
                 let mut metrics = raft.server_metrics();
                 // A failed forward leaves what is queued here alone: it goes to the current
                 // leader next (this server lost no leadership of its own).
@@ -468,7 +469,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
                                 }
                             }
                             if let Some(last) = after_apply.iter().map(|(_, r)| r.zxid).max() {
-                                let _ = tokio::time::timeout(FORWARD_TIMEOUT, applied.wait_for(|z| *z >= last)).await;
+                                shared.wait_applied(last, FORWARD_TIMEOUT).await;
                             }
                             for (w, r) in after_apply {
                                 let _ = w.send(Ok(r));

@@ -65,6 +65,13 @@ impl SharedTree {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, DataTree> {
         self.tree.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// Waits until `zxid` is applied here, at most `patience`; whether it was.
+    pub async fn wait_applied(&self, zxid: i64, patience: std::time::Duration) -> bool {
+        let mut applied = self.applied.subscribe();
+        let reached = matches!(tokio::time::timeout(patience, applied.wait_for(|z| *z >= zxid)).await, Ok(Ok(_)));
+        reached
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone)]
