@@ -339,11 +339,16 @@ def test_own_writes_on_a_follower_seen_at_once_and_events_before_replies(shared_
         assert c.set_data(base + "/x", data).err == 0
         assert w.parse_get_data(c.get_data(base + "/x").body)[0] == data, f"round {i}: read after the reply"
     # A request refused before the log, right behind a write, is not answered with an older
-    # zxid than the write's (ZooKeeper logs it as an error txn with a zxid of its own).
+    # zxid than the write's (ZooKeeper logs it as an error txn with a zxid of its own). Both
+    # go in one send, so the server reads the refused one before the write is committed.
+    bad_create = w.ustring(base + "/bad") + w.buffer(b"") + w.acl_vector(w.OPEN_ACL) + struct.pack(">i", 99)
     for i in range(50):
-        c.send_only(w.OP_SET_DATA, set_body(f"r{i}".encode()))
-        c.send_only(w.OP_CREATE, w.ustring(base + "/bad") + w.buffer(b"") + w.acl_vector(w.OPEN_ACL)
-                    + struct.pack(">i", 99))
+        together = b""
+        for op, body in ((w.OP_SET_DATA, set_body(f"r{i}".encode())), (w.OP_CREATE, bad_create)):
+            c.xid += 1
+            payload = struct.pack(">ii", c.xid, op) + body
+            together += struct.pack(">i", len(payload)) + payload
+        c.sock.sendall(together)
         r_set, r_bad = c.read_reply(), c.read_reply()
         assert r_set.err == 0 and r_bad.err != 0, (r_set, r_bad)
         assert r_bad.zxid >= r_set.zxid, f"round {i}: refused request's zxid {r_bad.zxid} < write's {r_set.zxid}"

@@ -319,9 +319,6 @@ async fn serve(
     let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
     let (done_tx, _) = tokio::sync::watch::channel(Written::default());
     let done_tx = Arc::new(done_tx);
-    // The zxid for a reply made here: this server's, or the session's last write if that was
-    // answered before it was applied here.
-    let now_zxid = || d.last_zxid().max(done_tx.borrow().zxid);
     let mut submitted = 0u64;
     let mut events: VecDeque<Event> = VecDeque::new();
     let mut reading = true;
@@ -344,8 +341,16 @@ async fn serve(
                 // (pipelined reads, or writes one batch commits together) costs one syscall.
                 let mut next = Some(done);
                 let mut end = false;
-                while let Some(Done { xid, reply, close, op, short, started }) = next.take() {
+                while let Some(Done { xid, mut reply, close, op, short, started }) = next.take() {
                     cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    // No reply carries a zxid below that of a write this session was already
+                    // answered for, which may not be applied here yet: replies leave in request
+                    // order, and a write's job records its zxid before its reply comes out here,
+                    // so a reply made earlier (a refusal, an auth answer, a failed write) is
+                    // raised to it.
+                    if reply.zxid >= 0 {
+                        reply.zxid = reply.zxid.max(done_tx.borrow().zxid);
+                    }
                     while let Ok(e) = ev_rx.try_recv() {
                         events.push_back(e);
                     }
@@ -421,7 +426,7 @@ async fn serve(
                             reading = false;
                         } else {
                             let reply =
-                                Reply { zxid: now_zxid(), err: ErrorCode::MarshallingError, response: Response::Empty };
+                                Reply { zxid: d.last_zxid(), err: ErrorCode::MarshallingError, response: Response::Empty };
                             jobs.push_back(ready(m.header.xid, reply, false, ("unknown", "NA"), Instant::now()));
                         }
                         continue;
@@ -448,13 +453,13 @@ async fn serve(
                                 }
                             }
                             d.watches.set_auth(session_id, caller.auth.clone());
-                            let reply = Reply { zxid: now_zxid(), err: ErrorCode::Ok, response: Response::Empty };
+                            let reply = Reply { zxid: d.last_zxid(), err: ErrorCode::Ok, response: Response::Empty };
                             jobs.push_back(ready(xid, reply, false, (op, short), started));
                         }
                         Err(code) => {
                             // ZooKeeper answers AuthFailed and closes the connection.
                             d.stats.auth_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let reply = Reply { zxid: now_zxid(), err: code, response: Response::Empty };
+                            let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
                             jobs.push_back(ready(xid, reply, true, (op, short), started));
                             reading = false;
                         }
@@ -463,7 +468,7 @@ async fn serve(
                 }
                 match d.prep(&caller, &request) {
                     Prepped::Refuse(code) => {
-                        let reply = Reply { zxid: now_zxid(), err: code, response: Response::Empty };
+                        let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
                         jobs.push_back(ready(xid, reply, false, (op, short), started));
                     }
                     Prepped::Read => {
@@ -529,19 +534,11 @@ async fn serve(
                                     d2.propose(txn).await
                                 };
                                 let zxid = result.as_ref().map_or(0, |r| r.zxid);
-                                let failed = result.is_err();
-                                let mut floor = 0;
                                 done.send_modify(|v| {
                                     v.count += 1;
                                     v.zxid = v.zxid.max(zxid);
-                                    floor = v.zxid;
                                 });
                                 let mut reply = d2.write_reply(write_op, result);
-                                if failed {
-                                    // Answered with this server's zxid, which may be behind a
-                                    // write of this session answered before it was applied here.
-                                    reply.zxid = reply.zxid.max(floor);
-                                }
                                 d2.shape_multi(&request, &mut reply);
                                 Done { xid, reply, close, op, short, started }
                             }
