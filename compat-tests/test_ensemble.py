@@ -343,12 +343,7 @@ def test_own_writes_on_a_follower_seen_at_once_and_events_before_replies(shared_
     # go in one send, so the server reads the refused one before the write is committed.
     bad_create = w.ustring(base + "/bad") + w.buffer(b"") + w.acl_vector(w.OPEN_ACL) + struct.pack(">i", 99)
     for i in range(50):
-        together = b""
-        for op, body in ((w.OP_SET_DATA, set_body(f"r{i}".encode())), (w.OP_CREATE, bad_create)):
-            c.xid += 1
-            payload = struct.pack(">ii", c.xid, op) + body
-            together += struct.pack(">i", len(payload)) + payload
-        c.sock.sendall(together)
+        c.send_together([(w.OP_SET_DATA, set_body(f"r{i}".encode())), (w.OP_CREATE, bad_create)])
         r_set, r_bad = c.read_reply(), c.read_reply()
         assert r_set.err == 0 and r_bad.err != 0, (r_set, r_bad)
         assert r_bad.zxid >= r_set.zxid, f"round {i}: refused request's zxid {r_bad.zxid} < write's {r_set.zxid}"

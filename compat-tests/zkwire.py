@@ -138,6 +138,15 @@ class Conn:
             xid = self.xid
         self._send(struct.pack(">ii", xid, op) + body)
 
+    def send_together(self, requests: list[tuple[int, bytes]]) -> None:
+        """Send several requests (op, body) in one write, so the server reads them at once."""
+        out = b""
+        for op, body in requests:
+            self.xid += 1
+            payload = struct.pack(">ii", self.xid, op) + body
+            out += struct.pack(">i", len(payload)) + payload
+        self.sock.sendall(out)
+
     def wait_event(self, timeout: float = 5.0) -> Event:
         if self.events:
             return self.events.pop(0)

@@ -320,6 +320,8 @@ async fn serve(
     let (done_tx, _) = tokio::sync::watch::channel(Written::default());
     let done_tx = Arc::new(done_tx);
     let mut submitted = 0u64;
+    // The highest zxid a reply on this connection has carried.
+    let mut sent_zxid = 0i64;
     let mut events: VecDeque<Event> = VecDeque::new();
     let mut reading = true;
     // Replies fed to the writer and not flushed yet: they go out in one write once no
@@ -343,13 +345,14 @@ async fn serve(
                 let mut end = false;
                 while let Some(Done { xid, mut reply, close, op, short, started }) = next.take() {
                     cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                    // No reply carries a zxid below that of a write this session was already
-                    // answered for, which may not be applied here yet: replies leave in request
-                    // order, and a write's job records its zxid before its reply comes out here,
-                    // so a reply made earlier (a refusal, an auth answer, a failed write) is
-                    // raised to it.
+                    // Reply zxids never go down on a connection, as ZooKeeper's (which answers
+                    // in log order) never do. A reply made when its request was read (a refusal,
+                    // an auth answer) or a failed write's may carry this server's applied zxid,
+                    // behind a write of the session answered before it (possibly before that
+                    // write was applied here); replies leave in request order, so it is raised.
                     if reply.zxid >= 0 {
-                        reply.zxid = reply.zxid.max(done_tx.borrow().zxid);
+                        reply.zxid = reply.zxid.max(sent_zxid);
+                        sent_zxid = reply.zxid;
                     }
                     while let Ok(e) = ev_rx.try_recv() {
                         events.push_back(e);
