@@ -77,19 +77,29 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     let layout = crate::raft::layout::DataLayout::new(&config.data_dir, &config.data_log_dir);
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
     let log_store = LogStore::open(&layout.log_file())?;
-    let log_store = if config.servers.is_empty() {
-        log_store
+    // An ensemble member's own entries always go to the log's writer thread; a standalone
+    // server's only while its workers are spread for many clients (see `LogStore::with_writer`).
+    let offload: Option<crate::raft::log_store::Offload> = if !config.servers.is_empty() {
+        Some(Box::new(|| true))
     } else {
-        log_store
-            .with_writer(config.server_id, {
-                let placement = placement.clone();
-                move || {
-                    if let Some(p) = &placement {
-                        p.woke_from_outside();
+        placement.clone().map(|p| -> crate::raft::log_store::Offload { Box::new(move || p.is_spread()) })
+    };
+    let log_store = match offload {
+        None => log_store,
+        Some(offload) => log_store
+            .with_writer(
+                config.server_id,
+                {
+                    let placement = placement.clone();
+                    move || {
+                        if let Some(p) = &placement {
+                            p.woke_from_outside();
+                        }
                     }
-                }
-            })
-            .map_err(|e| ServerError::Raft(format!("cannot start the log writer thread: {e}")))?
+                },
+                offload,
+            )
+            .map_err(|e| ServerError::Raft(format!("cannot start the log writer thread: {e}")))?,
     };
     let leader_contact = Arc::new(crate::failover::LeaderContact::new(log_store.last_log()));
     let (applied, _) = tokio::sync::watch::channel(0i64);

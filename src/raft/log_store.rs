@@ -28,8 +28,11 @@
 //!   worker's other tasks to another thread first (`block_in_place`, until the fifteenth
 //!   pass) cost ~20 µs of a 1×1 write (BENCHMARKS.md).
 //! - **On a writer thread** ([`LogStore::with_writer`]), for an ensemble leader's own
-//!   entries: `append` returns before the fsync, and openraft 0.10 replicates the entry while
-//!   the leader's copy is being made durable. The leader's flush is then one vote of the
+//!   entries, and a standalone server's while its workers are spread for many clients (see
+//!   `crate::placement`; the core then goes on with one batch's commit, apply and answers
+//!   while the next is fsynced): `append` returns before the fsync, and openraft 0.10
+//!   replicates the entry while the leader's copy is being made durable. The leader's flush
+//!   is then one vote of the
 //!   commit quorum, as ZooKeeper's leader proposes and logs at once. Under openraft 0.9 the
 //!   core awaited the leader's flush before it sent the entry to anyone, so a write paid the
 //!   leader's fsync and then a follower's. While any job is queued there, every later write
@@ -171,9 +174,12 @@ pub struct LogStore {
     segments: Arc<Mutex<SegmentLog>>,
     tail: Arc<Mutex<Tail>>,
     committed: Arc<Mutex<Committed>>,
-    /// An ensemble member's id and its writer thread (see [`LogStore::with_writer`]).
+    /// The member's id and its writer thread (see [`LogStore::with_writer`]).
     writer: Option<(u64, Arc<Writer>)>,
 }
+
+/// Whether the appends of a member's own term go to the writer thread now.
+pub type Offload = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// What waits for a job of the writer thread.
 enum Done {
@@ -189,6 +195,8 @@ enum Done {
 /// log's writes stay in the order openraft issued them.
 struct Writer {
     tx: Mutex<std::sync::mpsc::Sender<(Vec<Command>, Done)>>,
+    /// See [`LogStore::with_writer`].
+    offload: Offload,
     /// Jobs sent and not yet done.
     queued: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -406,14 +414,26 @@ impl LogStore {
     /// durable, and a thread hand-off would only add to that.
     /// `woke` runs on the writer thread after each batch of jobs has told its waiters (see
     /// `crate::placement::Placement::woke_from_outside`).
-    pub fn with_writer(mut self, id: u64, woke: impl Fn() + Send + 'static) -> std::io::Result<LogStore> {
+    ///
+    /// `offload` says, at each append, whether the member's own entries go to the writer:
+    /// always on an ensemble member, and on a standalone server while it serves many clients
+    /// at once (its workers spread, see `crate::placement`). There the core goes on with the
+    /// commit, apply and answers of one batch while the next is fsynced, instead of blocking
+    /// a worker in fdatasync: set 16×8 +4.4%, at +7.5% CPU per write and a thread hand-off per
+    /// fsync, which a lone client would pay in latency (BENCHMARKS.md, twenty-fourth pass).
+    pub fn with_writer(
+        mut self,
+        id: u64,
+        woke: impl Fn() + Send + 'static,
+        offload: Offload,
+    ) -> std::io::Result<LogStore> {
         let (tx, rx) = std::sync::mpsc::channel();
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (db, segments, tail, q) = (self.db.clone(), self.segments.clone(), self.tail.clone(), queued.clone());
         std::thread::Builder::new()
             .name("raft-log-writer".into())
             .spawn(move || run_writer(db, segments, tail, rx, q, woke))?;
-        self.writer = Some((id, Arc::new(Writer { tx: Mutex::new(tx), queued })));
+        self.writer = Some((id, Arc::new(Writer { tx: Mutex::new(tx), offload, queued })));
         Ok(self)
     }
 
@@ -633,7 +653,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         if let Some((id, w)) = &self.writer {
             let own = entries.last().is_some_and(|e| e.log_id.leader_id.node_id == *id);
-            if own || w.busy() {
+            if (own && (w.offload)()) || w.busy() {
                 return w.send(vec![Command::Append(entries)], Done::Flushed(callback));
             }
         }
