@@ -210,7 +210,6 @@ const WRITE_BUFFER: usize = 512;
 /// which `with_capacity` would otherwise lower to [`WRITE_BUFFER`].
 const WRITE_BACKPRESSURE: usize = 8 * 1024;
 
-/// One client connection.
 /// Why a connection must stop reading, or close.
 enum Control {
     /// The server is shutting down.
@@ -238,6 +237,7 @@ async fn control(
     }
 }
 
+/// One client connection.
 async fn serve(
     stream: TcpStream,
     peer: SocketAddr,

@@ -32,12 +32,12 @@
 //!   `crate::placement`; the core then goes on with one batch's commit, apply and answers
 //!   while the next is fsynced): `append` returns before the fsync, and openraft 0.10
 //!   replicates the entry while the leader's copy is being made durable. The leader's flush
-//!   is then one vote of the
-//!   commit quorum, as ZooKeeper's leader proposes and logs at once. Under openraft 0.9 the
-//!   core awaited the leader's flush before it sent the entry to anyone, so a write paid the
-//!   leader's fsync and then a follower's. While any job is queued there, every later write
-//!   (a vote, a truncation, the next append whoever proposed it) queues behind it, so writes
-//!   stay in openraft's order; consecutive queued appends share one fsync.
+//!   is then one vote of the commit quorum, as ZooKeeper's leader proposes and logs at once.
+//!   Under openraft 0.9 the core awaited the leader's flush before it sent the entry to
+//!   anyone, so a write paid the leader's fsync and then a follower's. While any job is
+//!   queued there, every later write (a vote, a truncation, the next append whoever proposed
+//!   it) queues behind it, so writes stay in openraft's order; consecutive queued appends
+//!   share one fsync.
 //!
 //! The committed index is written at most once a second (it only shortens replay after a
 //! restart).

@@ -447,24 +447,18 @@ impl Chunk {
         Chunk(v)
     }
 
-    /// A binary search that, before each compare, reads the first byte of both entries the
-    /// next step may compare. Each compare dereferences an entry in its own allocation, most
-    /// often a cache miss; those two reads do not wait for the compare, so the next step's
-    /// miss overlaps this one's instead of following it.
+    /// A binary search with a branch on each compare. Each compare dereferences an entry in
+    /// its own allocation, most often a cache miss. The standard library's search is
+    /// branchless: each step's address waits for the previous compare, so the misses come one
+    /// after another. With a branch the CPU guesses the way and starts the next step's load
+    /// before the compare resolves, so the misses overlap when it guesses right
+    /// (`cargo bench --bench tree_lookup`: get 519-529 -> 396-401 ns on 16,000 znodes).
     fn search(&self, key: &str) -> Result<usize, usize> {
         let v = &self.0;
         let key = key.as_bytes();
         let (mut lo, mut hi) = (0, v.len());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let below = lo + (mid - lo) / 2;
-            let above = mid + 1 + (hi - mid - 1) / 2;
-            if below < mid {
-                std::hint::black_box(v[below].bytes().first());
-            }
-            if above < hi {
-                std::hint::black_box(v[above].bytes().first());
-            }
             match v[mid].key_bytes().cmp(key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
