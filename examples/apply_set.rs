@@ -14,7 +14,7 @@ use warden::txn::TxnOp;
 static GLOBAL: warden::alloc::Mimalloc = warden::alloc::Mimalloc;
 
 fn txn(op: TxnOp) -> Txn {
-    Txn { session_id: 0, time_ms: 1, auth: vec![], op }
+    Txn { session_id: 0, time_ms: 1, auth: Default::default(), op }
 }
 
 fn main() {

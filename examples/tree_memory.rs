@@ -29,7 +29,7 @@ fn main() {
     let create = |path: String| Txn {
         session_id: 0,
         time_ms: 1,
-        auth: vec![],
+        auth: Default::default(),
         op: TxnOp::Create(CreateOp {
             path,
             data: Some(Bytes::from(vec![b'x'; 100])),

@@ -491,8 +491,12 @@ async fn expire_sessions(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
         for session_id in d.sessions.expired(known.into_iter()) {
             let d2 = d.clone();
             tokio::spawn(async move {
-                let txn =
-                    Txn { session_id: 0, time_ms: now_ms(), auth: vec![], op: TxnOp::CloseSession { session_id } };
+                let txn = Txn {
+                    session_id: 0,
+                    time_ms: now_ms(),
+                    auth: Default::default(),
+                    op: TxnOp::CloseSession { session_id },
+                };
                 match d2.propose_as_leader(txn).await {
                     Ok(_) => {
                         metrics::counter!("warden_sessions_expired").increment(1);
@@ -526,7 +530,8 @@ async fn reap_containers(d: Dispatcher, mut stop: tokio::sync::watch::Receiver<b
             tree.reapable().filter(|p| tree.is_reapable(p, now)).take(10_000).cloned().collect()
         };
         for path in candidates {
-            let txn = Txn { session_id: 0, time_ms: now, auth: vec![], op: TxnOp::DeleteContainer { path } };
+            let txn =
+                Txn { session_id: 0, time_ms: now, auth: Default::default(), op: TxnOp::DeleteContainer { path } };
             if let Err(e) = d.propose_as_leader(txn).await {
                 tracing::warn!(error = %e, "container removal failed");
                 break;

@@ -11,7 +11,6 @@ use serde::Deserialize;
 use serde::Serialize;
 
 use crate::tree::acl::AclEntry;
-use crate::tree::acl::AuthId;
 use crate::tree::TreeError;
 
 /// One replicated change.
@@ -22,7 +21,8 @@ pub struct Txn {
     /// Proposer's wall-clock time in ms since the epoch (ctime/mtime, TTL checks).
     pub time_ms: i64,
     /// The caller's identities at proposal time.
-    pub auth: Vec<AuthId>,
+    /// (Serialized as the sequence a `Vec` would be: the log format does not change.)
+    pub auth: crate::tree::acl::AuthIds,
     /// What to do.
     pub op: TxnOp,
 }
@@ -279,4 +279,34 @@ impl std::fmt::Debug for LocalHooks {
 pub struct TxnResult {
     pub zxid: i64,
     pub outcome: Result<TxnOutput, TreeError>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::acl::AuthId;
+
+    /// The log and peer format of a txn's identities is a postcard sequence, as it was when
+    /// they were a `Vec`: entries written before they became shared still decode.
+    #[test]
+    fn shared_identities_encode_as_the_vec_did() {
+        #[derive(Serialize)]
+        struct Before {
+            session_id: i64,
+            time_ms: i64,
+            auth: Vec<AuthId>,
+            op: TxnOp,
+        }
+        let ids = vec![
+            AuthId { scheme: "ip".into(), id: "127.0.0.1".into() },
+            AuthId { scheme: "digest".into(), id: "u:x".into() },
+        ];
+        let op = TxnOp::CloseSession { session_id: 7 };
+        let before = postcard::to_stdvec(&Before { session_id: 7, time_ms: 9, auth: ids.clone(), op: op.clone() })
+            .expect("encode");
+        let now = Txn { session_id: 7, time_ms: 9, auth: ids.clone().into(), op };
+        assert_eq!(postcard::to_stdvec(&now).expect("encode"), before);
+        let back: Txn = postcard::from_bytes(&before).expect("decode");
+        assert_eq!(&back.auth[..], &ids[..]);
+    }
 }

@@ -306,7 +306,7 @@ async fn serve(
         let mut pw = [0u8; 16];
         rand::rng().fill_bytes(&mut pw);
         let passwd = Bytes::copy_from_slice(&pw);
-        let caller = Caller { session_id: id, auth: vec![ip.clone()] };
+        let caller = Caller { session_id: id, auth: std::sync::Arc::from([ip.clone()]) };
         let txn = d.txn(&caller, TxnOp::CreateSession { session_id: id, timeout_ms: timeout, passwd: passwd.clone() });
         match d.propose(txn).await {
             Ok(r) if r.outcome.is_ok() => {
@@ -331,7 +331,8 @@ async fn serve(
     let (close_tx, mut close_rx) = oneshot::channel();
     d.sessions.attach(session_id, timeout, conn_id, close_tx);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    d.watches.connect(session_id, ev_tx.clone(), vec![ip.clone()]);
+    let mut caller = Caller { session_id, auth: std::sync::Arc::from([ip]) };
+    d.watches.connect(session_id, ev_tx.clone(), caller.auth.clone());
     let resp = ConnectResponse {
         protocol_version: 0,
         time_out: timeout,
@@ -350,7 +351,6 @@ async fn serve(
     cs.session_id.store(session_id, std::sync::atomic::Ordering::Relaxed);
     cs.timeout_ms.store(i64::from(timeout), std::sync::atomic::Ordering::Relaxed);
 
-    let mut caller = Caller { session_id, auth: vec![ip] };
     // Shutdown and loss of quorum, watched by one future kept across the loop's turns (made
     // anew on each turn, the two watches' wait registrations cost 2% of the server's CPU
     // under many small requests).
@@ -493,11 +493,13 @@ async fn serve(
                 if let Request::Auth(a) = &request {
                     match d.authenticate(&a.scheme, &a.auth) {
                         Ok(ids) => {
+                            let mut all = caller.auth.to_vec();
                             for id in ids {
-                                if !caller.auth.contains(&id) {
-                                    caller.auth.push(id);
+                                if !all.contains(&id) {
+                                    all.push(id);
                                 }
                             }
+                            caller.auth = all.into();
                             d.watches.set_auth(session_id, caller.auth.clone());
                             let reply = Reply { zxid: d.last_zxid(), err: ErrorCode::Ok, response: Response::Empty };
                             jobs.push_back(ready(xid, reply, false, (op, short), started));

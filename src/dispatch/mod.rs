@@ -74,7 +74,7 @@ impl Reply {
 pub struct Caller {
     pub session_id: i64,
     /// Identities: `ip:<addr>` first, then those added by `addauth`.
-    pub auth: Vec<AuthId>,
+    pub auth: crate::tree::acl::AuthIds,
 }
 
 /// What prep decided.
@@ -347,7 +347,8 @@ impl Dispatcher {
         if self.shared.read().session(session_id).is_none() {
             return Ok(false);
         }
-        let txn = Txn { session_id: 0, time_ms: now_ms(), auth: vec![], op: TxnOp::CloseSession { session_id } };
+        let txn =
+            Txn { session_id: 0, time_ms: now_ms(), auth: Default::default(), op: TxnOp::CloseSession { session_id } };
         let result = self.propose(txn).await?;
         self.sessions.remove(session_id);
         tracing::info!(session = format_args!("{session_id:#x}"), "session killed by the admin API");

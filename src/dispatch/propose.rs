@@ -503,7 +503,7 @@ mod tests {
     use crate::txn::TxnOp;
 
     fn txn(session_id: i64) -> Txn {
-        Txn { session_id, time_ms: 0, auth: vec![], op: TxnOp::CloseSession { session_id } }
+        Txn { session_id, time_ms: 0, auth: Default::default(), op: TxnOp::CloseSession { session_id } }
     }
 
     async fn queued(inbox: &Inbox, sessions: &[i64]) -> Vec<oneshot::Receiver<Outcome>> {

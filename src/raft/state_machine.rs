@@ -500,7 +500,7 @@ mod tests {
             ttl: -1,
         });
         let zxid = next_zxid(tree);
-        let (r, _) = tree.apply(zxid, &Txn { session_id: 0, time_ms: 1, auth: vec![], op });
+        let (r, _) = tree.apply(zxid, &Txn { session_id: 0, time_ms: 1, auth: Default::default(), op });
         assert!(r.is_ok(), "{path}: {r:?}");
     }
 
@@ -585,7 +585,7 @@ mod tests {
             Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied, snapshot_zxid: Default::default() });
         let mut sm = StateMachine::open(dir.path(), shared, hook.clone()).expect("open state machine");
 
-        let txn = |op| Txn { session_id: 0, time_ms: 1, auth: vec![], op };
+        let txn = |op| Txn { session_id: 0, time_ms: 1, auth: Default::default(), op };
         let create = || {
             TxnOp::Create(CreateOp {
                 path: "/a".into(),
@@ -629,7 +629,7 @@ mod tests {
         let create = |path: &str| Txn {
             session_id: 0,
             time_ms: 1,
-            auth: vec![],
+            auth: Default::default(),
             op: TxnOp::Create(CreateOp { path: path.into(), data: None, acl: AclEntry::open(), flags: 0, ttl: -1 }),
         };
         let hooked = |paths: &[&str]| {

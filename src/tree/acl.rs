@@ -17,6 +17,10 @@ pub struct AuthId {
     pub id: String,
 }
 
+/// A caller's identities, shared: every txn of a connection carries the same list, so a
+/// write takes a reference to it instead of a copy of each scheme and id.
+pub type AuthIds = std::sync::Arc<[AuthId]>;
+
 /// One ACL entry as stored on a node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AclEntry {

@@ -3,7 +3,7 @@
 use super::*;
 
 fn txn(session_id: i64, op: TxnOp) -> Txn {
-    Txn { session_id, time_ms: 1000, auth: vec![], op }
+    Txn { session_id, time_ms: 1000, auth: Default::default(), op }
 }
 
 fn create(path: &str, flags: i32) -> TxnOp {

@@ -19,7 +19,6 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::raft::state_machine::ApplyHook;
 use crate::tree::acl;
 use crate::tree::acl::AclEntry;
-use crate::tree::acl::AuthId;
 use crate::tree::path;
 use crate::tree::Change;
 use crate::tree::DataTree;
@@ -56,7 +55,7 @@ struct Inner {
     senders: HashMap<i64, UnboundedSender<Event>>,
     /// Each connected session's identities: a watcher is told of a change only if it may READ
     /// the node (ZooKeeper 3.8 `WatchManager.triggerWatch` with an ACL).
-    auth: HashMap<i64, Vec<AuthId>>,
+    auth: HashMap<i64, acl::AuthIds>,
     recursive: usize,
 }
 
@@ -123,7 +122,7 @@ impl Inner {
         let allowed: Vec<i64> = sessions
             .iter()
             .copied()
-            .filter(|s| acl::allowed(node_acl, jute::perms::READ, self.auth.get(s).map_or(&[][..], Vec::as_slice)))
+            .filter(|s| acl::allowed(node_acl, jute::perms::READ, self.auth.get(s).map_or(&[][..], |a| &a[..])))
             .collect();
         self.send(&allowed, zxid, event, path);
     }
@@ -157,14 +156,14 @@ impl WatchManager {
     }
 
     /// Attaches a connection: events for `session` go to `tx` from now on.
-    pub fn connect(&self, session: i64, tx: UnboundedSender<Event>, auth: Vec<AuthId>) {
+    pub fn connect(&self, session: i64, tx: UnboundedSender<Event>, auth: acl::AuthIds) {
         let mut inner = self.lock();
         inner.senders.insert(session, tx);
         inner.auth.insert(session, auth);
     }
 
     /// The session's identities changed (`addauth`).
-    pub fn set_auth(&self, session: i64, auth: Vec<AuthId>) {
+    pub fn set_auth(&self, session: i64, auth: acl::AuthIds) {
         self.lock().auth.insert(session, auth);
     }
 
