@@ -456,7 +456,7 @@ async fn serve(
                 }
             },
             frame = reader.next(), if reading => {
-                let (header, request) = match frame {
+                let (header, mut request) = match frame {
                     Some(Ok(ClientMessage::Request { header, request })) => (header, request),
                     Some(Ok(ClientMessage::Malformed(m))) => {
                         tracing::debug!(%peer, error = %m, "malformed request");
@@ -514,7 +514,7 @@ async fn serve(
                     }
                     continue;
                 }
-                match d.prep(&caller, &request) {
+                match d.prep(&caller, &mut request) {
                     Prepped::Refuse(code) => {
                         let reply = Reply { zxid: d.last_zxid(), err: code, response: Response::Empty };
                         jobs.push_back(ready(xid, reply, false, (op, short), started));

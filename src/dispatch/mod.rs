@@ -163,8 +163,9 @@ impl Dispatcher {
         Txn { session_id: caller.session_id, time_ms: now_ms(), auth: caller.auth.clone(), op }
     }
 
-    /// Validates a create as `PrepRequestProcessor.validateCreateRequest` does, into a txn op.
-    fn prep_create(&self, req: &jute::CreateRequest, ttl: i64, ttl_op: bool) -> Result<TxnOp, ErrorCode> {
+    /// Validates a create as `PrepRequestProcessor.validateCreateRequest` does, into a txn op
+    /// at `path` (the request's, moved or copied out of it by the caller).
+    fn prep_create(&self, req: &jute::CreateRequest, path: String, ttl: i64, ttl_op: bool) -> Result<TxnOp, ErrorCode> {
         let mode = CreateMode::try_from(req.flags).map_err(|_| ErrorCode::BadArguments)?;
         if mode.is_ttl() && !self.config.extended_types_enabled {
             return Err(ErrorCode::Unimplemented);
@@ -178,7 +179,7 @@ impl Dispatcher {
             return Err(ErrorCode::BadArguments);
         }
         Ok(TxnOp::Create(CreateOp {
-            path: req.path.clone(),
+            path,
             data: req.data.clone(),
             acl: acl_of(&req.acl),
             flags: req.flags,
@@ -188,20 +189,20 @@ impl Dispatcher {
 
     fn prep_multi_op(&self, op: &MultiOp) -> Result<TxnOp, ErrorCode> {
         Ok(match op {
-            MultiOp::Create(r) | MultiOp::Create2(r) => self.prep_create(r, -1, false)?,
+            MultiOp::Create(r) | MultiOp::Create2(r) => self.prep_create(r, r.path.clone(), -1, false)?,
             MultiOp::CreateContainer(r) => {
                 let mut r = r.clone();
                 r.flags = CreateMode::Container.code();
-                self.prep_create(&r, -1, false)?
+                self.prep_create(&r, r.path.clone(), -1, false)?
             }
             MultiOp::CreateTtl(r) => {
                 let c = jute::CreateRequest {
-                    path: r.path.clone(),
+                    path: String::new(),
                     data: r.data.clone(),
                     acl: r.acl.clone(),
                     flags: r.flags,
                 };
-                self.prep_create(&c, r.ttl, true)?
+                self.prep_create(&c, r.path.clone(), r.ttl, true)?
             }
             MultiOp::Delete(r) => TxnOp::Delete { path: r.path.clone(), version: r.version },
             MultiOp::SetData(r) => TxnOp::SetData { path: r.path.clone(), data: r.data.clone(), version: r.version },
@@ -210,40 +211,53 @@ impl Dispatcher {
         })
     }
 
-    /// Prep: the one read/write classification table.
-    pub fn prep(&self, caller: &Caller, request: &Request) -> Prepped {
+    /// Prep: the one read/write classification table. A single write's path moves from the
+    /// request into its txn (the request is kept only to shape a multi's reply); a read's
+    /// request is left as it is.
+    pub fn prep(&self, caller: &Caller, request: &mut Request) -> Prepped {
         let write = |op: Result<TxnOp, ErrorCode>, code: OpCode| match op {
             Ok(op) => Prepped::Write(self.txn(caller, op), code),
             Err(e) => Prepped::Refuse(e),
         };
         match request {
-            Request::Create(r) => write(self.prep_create(r, -1, false), OpCode::Create),
-            Request::Create2(r) => write(self.prep_create(r, -1, false), OpCode::Create2),
+            Request::Create(r) => {
+                let path = std::mem::take(&mut r.path);
+                write(self.prep_create(r, path, -1, false), OpCode::Create)
+            }
+            Request::Create2(r) => {
+                let path = std::mem::take(&mut r.path);
+                write(self.prep_create(r, path, -1, false), OpCode::Create2)
+            }
             Request::CreateContainer(r) => {
                 if r.flags != CreateMode::Container.code() {
                     return Prepped::Refuse(ErrorCode::BadArguments);
                 }
-                write(self.prep_create(r, -1, false), OpCode::CreateContainer)
+                let path = std::mem::take(&mut r.path);
+                write(self.prep_create(r, path, -1, false), OpCode::CreateContainer)
             }
             Request::CreateTtl(r) => {
                 let c = jute::CreateRequest {
-                    path: r.path.clone(),
+                    path: String::new(),
                     data: r.data.clone(),
-                    acl: r.acl.clone(),
+                    acl: std::mem::take(&mut r.acl),
                     flags: r.flags,
                 };
-                write(self.prep_create(&c, r.ttl, true), OpCode::CreateTtl)
+                write(self.prep_create(&c, std::mem::take(&mut r.path), r.ttl, true), OpCode::CreateTtl)
             }
-            Request::Delete(r) => write(Ok(TxnOp::Delete { path: r.path.clone(), version: r.version }), OpCode::Delete),
+            Request::Delete(r) => {
+                write(Ok(TxnOp::Delete { path: std::mem::take(&mut r.path), version: r.version }), OpCode::Delete)
+            }
             Request::SetData(r) => write(
-                Ok(TxnOp::SetData { path: r.path.clone(), data: r.data.clone(), version: r.version }),
+                Ok(TxnOp::SetData { path: std::mem::take(&mut r.path), data: r.data.take(), version: r.version }),
                 OpCode::SetData,
             ),
             Request::SetAcl(r) => write(
-                Ok(TxnOp::SetAcl { path: r.path.clone(), acl: acl_of(&r.acl), version: r.version }),
+                Ok(TxnOp::SetAcl { path: std::mem::take(&mut r.path), acl: acl_of(&r.acl), version: r.version }),
                 OpCode::SetAcl,
             ),
-            Request::Check(r) => write(Ok(TxnOp::Check { path: r.path.clone(), version: r.version }), OpCode::Check),
+            Request::Check(r) => {
+                write(Ok(TxnOp::Check { path: std::mem::take(&mut r.path), version: r.version }), OpCode::Check)
+            }
             Request::Multi(ops) => {
                 // Prep failures inside a multi are reported per op, like apply failures, and the
                 // multi still takes a zxid (ZooKeeper logs it as an error txn).
