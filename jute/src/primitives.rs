@@ -85,7 +85,12 @@ pub fn buffer_bytes(input: &[u8]) -> IResult<'_, Option<Bytes>> {
 /// characters, as Java's `new String(bytes, UTF_8)` in ZooKeeper's `BinaryInputArchive` does.
 pub fn ustring(input: &[u8]) -> IResult<'_, Option<String>> {
     let (rest, data) = buffer(input)?;
-    Ok((rest, data.map(|d| String::from_utf8_lossy(d).into_owned())))
+    // Valid UTF-8 (nearly every string) is checked by `from_utf8`, which is several times
+    // faster than the lossy decoder's chunk walk (0.3% of a set-heavy server's CPU).
+    Ok((
+        rest,
+        data.map(|d| std::str::from_utf8(d).map_or_else(|_| String::from_utf8_lossy(d).into_owned(), str::to_owned)),
+    ))
 }
 
 /// A `vector` count: `None` for null (`-1`); any other negative count is an empty vector, as
@@ -141,6 +146,14 @@ pub fn put_ustring(buf: &mut impl BufMut, s: Option<&str>) {
 mod tests {
     use super::*;
     use crate::DecodeError;
+
+    #[test]
+    fn ustring_decodes_invalid_utf8_with_replacement_characters() {
+        let valid = [0, 0, 0, 3, b'/', 0xc3, 0xa9];
+        assert_eq!(ustring(&valid).map(|(_, s)| s).ok(), Some(Some("/\u{e9}".to_owned())));
+        let invalid = [0, 0, 0, 3, b'/', 0xff, b'a'];
+        assert_eq!(ustring(&invalid).map(|(_, s)| s).ok(), Some(Some("/\u{fffd}a".to_owned())));
+    }
 
     #[test]
     fn hostile_lengths_are_errors_not_allocations() {
