@@ -193,7 +193,8 @@ impl Dispatcher {
             MultiOp::CreateContainer(r) => {
                 let mut r = r.clone();
                 r.flags = CreateMode::Container.code();
-                self.prep_create(&r, r.path.clone(), -1, false)?
+                let path = std::mem::take(&mut r.path);
+                self.prep_create(&r, path, -1, false)?
             }
             MultiOp::CreateTtl(r) => {
                 let c = jute::CreateRequest {
