@@ -299,7 +299,7 @@ impl Dispatcher {
     /// a session that holds no watches, whose next reads then wait for the result's zxid
     /// ([`Dispatcher::read_after`]).
     pub async fn propose_committed(&self, txn: Txn) -> Result<TxnResult, ProposeError> {
-        self.proposer.submit_committed(txn).await?.await.map_err(|_| ProposeError::Raft("proposal dropped".into()))?
+        self.proposer.submit_committed(txn).await?.await.map_err(|_| propose::dropped())?
     }
 
     /// Confirms this server's leadership with a quorum (openraft's read index). One round that
@@ -649,7 +649,7 @@ impl crate::peer::PeerHandler for Dispatcher {
                     match w.await {
                         Ok(Ok(r)) => out.push(r),
                         Ok(Err(e)) => return Err(e.to_string()),
-                        Err(_) => return Err("proposal dropped".into()),
+                        Err(_) => return Err(propose::dropped().to_string()),
                     }
                 }
                 Ok(out)

@@ -256,11 +256,23 @@ impl Proposer {
 
     /// Queues a txn and waits until it is applied on this server.
     pub async fn propose(&self, txn: Txn) -> Outcome {
-        self.submit(txn).await?.await.map_err(|_| ProposeError::Raft("proposal dropped".into()))?
+        self.submit(txn).await?.await.map_err(|_| dropped())?
     }
 }
 
+/// The error for a txn whose waiter was dropped unanswered (a bug, or a task cut short by
+/// shutdown): logged, since nothing else says why its client got ConnectionLoss.
+pub(crate) fn dropped() -> ProposeError {
+    tracing::warn!("a write was dropped unanswered; its client gets ConnectionLoss");
+    ProposeError::Raft("proposal dropped".into())
+}
+
+/// Fails `waiters` with reason `e`: their clients get ConnectionLoss (the outcome is in doubt),
+/// so the reason is logged here, where it is still known.
 fn fail_all(waiters: Vec<Waiter>, e: &str) {
+    if !waiters.is_empty() {
+        tracing::warn!(txns = waiters.len(), reason = e, "writes failed; their clients get ConnectionLoss");
+    }
     for w in waiters {
         let _ = w.send(Err(ProposeError::Raft(e.to_owned())));
     }
@@ -316,11 +328,7 @@ async fn leader_other_than(
 /// server. ZooKeeper drops such requests too when its leader steps down.
 fn fail_queued(inbox: &Inbox, e: &str) {
     let queued = inbox.take_all();
-    let n = queued.len();
     fail_all(queued.into_iter().map(|q| q.waiter).collect(), e);
-    if n > 0 {
-        tracing::info!(txns = n, reason = e, "queued writes failed after a failed batch");
-    }
 }
 
 async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {

@@ -392,10 +392,22 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
                 let support = h.pre_vote(candidate, last_log);
                 answer(&mut writer, id, PeerResponse::PreVote(support)).await?;
             }
-            // Awaited here: openraft sends each connection's AppendEntries one at a time (a
-            // replication stream, or a heartbeat worker, awaits each answer), so a task per
-            // request would only add a hop. Each hop wakes the runtime's other worker once
-            // tokio's LIFO slot is spent, and that wake-up costs a follower more than the hop.
+            // A heartbeat (no entries) waits for its answer in `waiting`: this task must go on
+            // reading the leader's next heartbeats, each of which is contact from the leader,
+            // while Raft is busy. A follower's core writes the entries it appends, fsync
+            // included, on its own task; with a slow disk that took longer than the election
+            // timeout, and a heartbeat awaited here held the next ones unread: the follower
+            // thought its live leader silent, the other follower (on the same slow disk) agreed,
+            // and they deposed it (seen in the compat suite under load).
+            PeerRequest::AppendEntries(rpc) if rpc.entries.is_empty() => {
+                heard(&*h, &rpc.vote);
+                let raft = h.raft().clone();
+                waiting.push(async move { (id, PeerResponse::AppendEntries(raft.append_entries(rpc).await)) }.boxed());
+            }
+            // Entries are awaited here: openraft's replication stream sends the next request
+            // only after this one's answer, so a task per request would only add a hop. Each
+            // hop wakes the runtime's other worker once tokio's LIFO slot is spent, and that
+            // wake-up costs a follower more than the hop.
             PeerRequest::AppendEntries(rpc) => {
                 heard(&*h, &rpc.vote);
                 let resp = h.raft().append_entries(rpc).await;
