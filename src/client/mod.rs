@@ -4,7 +4,8 @@
 //!
 //! Ordering rules kept here:
 //! - replies leave in request order (a `FuturesOrdered` of per-request jobs);
-//! - a read waits for the same session's earlier writes to be applied;
+//! - a read waits for the same session's earlier writes to be applied, and a later write that
+//!   may change what it looks at waits for it to have read ([`order`]);
 //! - before a reply is written, every queued watch event with a zxid at or below the reply's
 //!   is written, so a client sees a watch event before any reply that reflects its change;
 //! - a write is answered once applied here, or, while the session holds no watch (it asked
@@ -162,6 +163,7 @@ pub async fn listen(listener: TcpListener, dispatcher: Dispatcher, mut shutdown:
     }
 }
 
+mod order;
 pub mod stats;
 
 /// A request's reply, once ready, with what the statistics need.
@@ -359,6 +361,12 @@ async fn serve(
     let (done_tx, _) = tokio::sync::watch::channel(Written::default());
     let done_tx = Arc::new(done_tx);
     let mut submitted = 0u64;
+    // Reads (and syncs) that had to wait for earlier writes: how many were queued, and how many
+    // have read (see the write's job).
+    let mut fenced_reads = 0u64;
+    // Those of them that may not have read yet: what each looks at, and whether it has read.
+    let mut waiting_reads: VecDeque<(order::Scope, Arc<std::sync::atomic::AtomicBool>)> = VecDeque::new();
+    let read_tx = Arc::new(tokio::sync::watch::channel(0u64).0);
     // The highest zxid a reply on this connection has carried.
     let mut sent_zxid = 0i64;
     let mut events: VecDeque<Event> = VecDeque::new();
@@ -534,10 +542,22 @@ async fn serve(
                             let mut rx = done_tx.subscribe();
                             let d2 = d.clone();
                             let c2 = caller.clone();
+                            fenced_reads += 1;
+                            let read_done = read_tx.clone();
+                            let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                            while waiting_reads.front().is_some_and(|(_, ran)| ran.load(Ordering::Acquire)) {
+                                waiting_reads.pop_front();
+                            }
+                            waiting_reads.push_back((order::read_scope(&request), ran.clone()));
                             jobs.push_back(
                                 async move {
                                     let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
                                     let reply = d2.read_after(&c2, &request, fence).await;
+                                    ran.store(true, Ordering::Release);
+                                    read_done.send_if_modified(|n| {
+                                        *n += 1;
+                                        read_done.receiver_count() > 0
+                                    });
                                     Done { xid, reply, close: false, op, short, started }
                                 }
                                 .boxed(),
@@ -549,6 +569,10 @@ async fn serve(
                         let mut rx = done_tx.subscribe();
                         let d2 = d.clone();
                         let c2 = caller.clone();
+                        fenced_reads += 1;
+                        let read_done = read_tx.clone();
+                        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                        waiting_reads.push_back((order::Scope::All, ran.clone()));
                         jobs.push_back(
                             async move {
                                 let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
@@ -560,6 +584,11 @@ async fn serve(
                                         response: Response::Empty,
                                     },
                                 };
+                                ran.store(true, Ordering::Release);
+                                read_done.send_if_modified(|n| {
+                                    *n += 1;
+                                    read_done.receiver_count() > 0
+                                });
                                 Done { xid, reply, close: false, op, short, started }
                             }
                             .boxed(),
@@ -574,8 +603,22 @@ async fn serve(
                         let committed_is_enough = !watching && !close;
                         let d2 = d.clone();
                         let done = done_tx.clone();
+                        // Reads of this session sent before this write and still waiting for
+                        // earlier writes: if this write may change what one of them looks at,
+                        // it is proposed after they have read (see `order`).
+                        while waiting_reads.front().is_some_and(|(_, ran)| ran.load(Ordering::Acquire)) {
+                            waiting_reads.pop_front();
+                        }
+                        let reads_before = fenced_reads;
+                        let mut reads = waiting_reads
+                            .iter()
+                            .any(|(scope, ran)| !ran.load(Ordering::Acquire) && order::may_change(&txn.op, *scope))
+                            .then(|| read_tx.subscribe());
                         jobs.push_back(
                             async move {
+                                if let Some(reads) = reads.as_mut() {
+                                    let _ = reads.wait_for(|n| *n >= reads_before).await;
+                                }
                                 let result = if committed_is_enough {
                                     d2.propose_committed(txn).await
                                 } else {
