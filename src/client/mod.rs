@@ -361,12 +361,8 @@ async fn serve(
     let (done_tx, _) = tokio::sync::watch::channel(Written::default());
     let done_tx = Arc::new(done_tx);
     let mut submitted = 0u64;
-    // Reads (and syncs) that had to wait for earlier writes: how many were queued, and how many
-    // have read (see the write's job).
-    let mut fenced_reads = 0u64;
-    // Those of them that may not have read yet: what each looks at, and whether it has read.
-    let mut waiting_reads: VecDeque<(order::Scope, Arc<std::sync::atomic::AtomicBool>)> = VecDeque::new();
-    let read_tx = Arc::new(tokio::sync::watch::channel(0u64).0);
+    // Reads that wait for earlier writes, for the writes after them (see `order`).
+    let mut waiting_reads = order::WaitingReads::new();
     // The highest zxid a reply on this connection has carried.
     let mut sent_zxid = 0i64;
     let mut events: VecDeque<Event> = VecDeque::new();
@@ -542,22 +538,12 @@ async fn serve(
                             let mut rx = done_tx.subscribe();
                             let d2 = d.clone();
                             let c2 = caller.clone();
-                            fenced_reads += 1;
-                            let read_done = read_tx.clone();
-                            let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                            while waiting_reads.front().is_some_and(|(_, ran)| ran.load(Ordering::Acquire)) {
-                                waiting_reads.pop_front();
-                            }
-                            waiting_reads.push_back((order::read_scope(&request), ran.clone()));
+                            let ticket = waiting_reads.register(order::read_scope(&request));
                             jobs.push_back(
                                 async move {
                                     let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
                                     let reply = d2.read_after(&c2, &request, fence).await;
-                                    ran.store(true, Ordering::Release);
-                                    read_done.send_if_modified(|n| {
-                                        *n += 1;
-                                        read_done.receiver_count() > 0
-                                    });
+                                    ticket.ran();
                                     Done { xid, reply, close: false, op, short, started }
                                 }
                                 .boxed(),
@@ -569,10 +555,7 @@ async fn serve(
                         let mut rx = done_tx.subscribe();
                         let d2 = d.clone();
                         let c2 = caller.clone();
-                        fenced_reads += 1;
-                        let read_done = read_tx.clone();
-                        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                        waiting_reads.push_back((order::Scope::All, ran.clone()));
+                        let ticket = waiting_reads.register(order::Scope::All);
                         jobs.push_back(
                             async move {
                                 let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
@@ -584,11 +567,7 @@ async fn serve(
                                         response: Response::Empty,
                                     },
                                 };
-                                ran.store(true, Ordering::Release);
-                                read_done.send_if_modified(|n| {
-                                    *n += 1;
-                                    read_done.receiver_count() > 0
-                                });
+                                ticket.ran();
                                 Done { xid, reply, close: false, op, short, started }
                             }
                             .boxed(),
@@ -603,21 +582,13 @@ async fn serve(
                         let committed_is_enough = !watching && !close;
                         let d2 = d.clone();
                         let done = done_tx.clone();
-                        // Reads of this session sent before this write and still waiting for
-                        // earlier writes: if this write may change what one of them looks at,
-                        // it is proposed after they have read (see `order`).
-                        while waiting_reads.front().is_some_and(|(_, ran)| ran.load(Ordering::Acquire)) {
-                            waiting_reads.pop_front();
-                        }
-                        let reads_before = fenced_reads;
-                        let mut reads = waiting_reads
-                            .iter()
-                            .any(|(scope, ran)| !ran.load(Ordering::Acquire) && order::may_change(&txn.op, *scope))
-                            .then(|| read_tx.subscribe());
+                        // Proposed after the session's earlier reads still waiting, if it may
+                        // change what one of them looks at (see `order`).
+                        let hold = waiting_reads.hold(&txn.op);
                         jobs.push_back(
                             async move {
-                                if let Some(reads) = reads.as_mut() {
-                                    let _ = reads.wait_for(|n| *n >= reads_before).await;
+                                if let Some(hold) = hold {
+                                    hold.await;
                                 }
                                 let result = if committed_is_enough {
                                     d2.propose_committed(txn).await

@@ -13,12 +13,83 @@
 //! node ([`Scope::Node`], compared by a hash of its path; a collision only makes a write wait),
 //! or anything at all for reads that look at more than one node ([`Scope::All`]).
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::hash::Hash;
 use std::hash::Hasher;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use jute::Request;
+use tokio::sync::watch;
 
 use crate::txn::TxnOp;
+
+/// One connection's reads (and syncs) that had to wait for earlier writes, for the writes
+/// sent after them.
+pub struct WaitingReads {
+    /// How many were registered.
+    registered: u64,
+    /// Those that may not have read yet: what each looks at, and whether it has read.
+    pending: VecDeque<(Scope, Arc<AtomicBool>)>,
+    /// How many have read. Notifies only while a write waits (as the parent module's
+    /// `Written` does, for the same cost).
+    read: Arc<watch::Sender<u64>>,
+}
+
+/// A registered read's promise to report once it has read.
+pub struct Ticket {
+    ran: Arc<AtomicBool>,
+    read: Arc<watch::Sender<u64>>,
+}
+
+impl Ticket {
+    /// The read has run against the tree (its watch, if any, is set).
+    pub fn ran(self) {
+        self.ran.store(true, Ordering::Release);
+        self.read.send_if_modified(|n| {
+            *n += 1;
+            self.read.receiver_count() > 0
+        });
+    }
+}
+
+impl WaitingReads {
+    pub fn new() -> WaitingReads {
+        WaitingReads { registered: 0, pending: VecDeque::new(), read: Arc::new(watch::channel(0).0) }
+    }
+
+    fn forget_ran(&mut self) {
+        while self.pending.front().is_some_and(|(_, ran)| ran.load(Ordering::Acquire)) {
+            self.pending.pop_front();
+        }
+    }
+
+    /// Registers a read of `scope` that waits for earlier writes.
+    pub fn register(&mut self, scope: Scope) -> Ticket {
+        self.forget_ran();
+        self.registered += 1;
+        let ran = Arc::new(AtomicBool::new(false));
+        self.pending.push_back((scope, ran.clone()));
+        Ticket { ran, read: self.read.clone() }
+    }
+
+    /// For a write sent now: `None` if it may be proposed at once, or else a future that
+    /// resolves once every read registered before it has read.
+    pub fn hold(&mut self, op: &TxnOp) -> Option<impl Future<Output = ()> + Send + 'static> {
+        self.forget_ran();
+        let conflict = self.pending.iter().any(|(scope, ran)| !ran.load(Ordering::Acquire) && may_change(op, *scope));
+        if !conflict {
+            return None;
+        }
+        let before = self.registered;
+        let mut read = self.read.subscribe();
+        Some(async move {
+            let _ = read.wait_for(|n| *n >= before).await;
+        })
+    }
+}
 
 /// What a read looks at, for ordering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +168,23 @@ mod tests {
         let delete = TxnOp::Delete { path: "/a/b".into(), version: -1 };
         assert!(may_change(&delete, get("/a/b")) && may_change(&delete, get("/a")));
         assert!(!may_change(&delete, get("/x")));
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_write_is_held_until_the_reads_before_it_ran() {
+        use futures::FutureExt;
+        let mut reads = WaitingReads::new();
+        let set_b = TxnOp::SetData { path: "/b".into(), data: None, version: -1 };
+        let set_a = TxnOp::SetData { path: "/a".into(), data: None, version: -1 };
+        let first = reads.register(get("/a"));
+        let second = reads.register(get("/c"));
+        assert!(reads.hold(&set_b).is_none(), "no waiting read looks at /b");
+        let mut held = Box::pin(reads.hold(&set_a).expect("a read of /a waits"));
+        first.ran();
+        assert!((&mut held).now_or_never().is_none(), "the read of /c, registered before, has not run");
+        second.ran();
+        assert!(held.now_or_never().is_some());
+        assert!(reads.hold(&set_a).is_none(), "every read has run");
     }
 
     #[test]
