@@ -75,6 +75,22 @@ fn timeout(option: &RPCOption) -> Duration {
     option.hard_ttl().max(Duration::from_millis(50))
 }
 
+/// How long an append that carries entries may wait for its answer. openraft allows one
+/// heartbeat interval, but the follower answers only after its fsync, which on a busy disk
+/// takes hundreds of milliseconds: giving up then makes the leader log a warning and send the
+/// same entries again while the follower is still writing them. A peer that went away is still
+/// found at once by its closed connection; a silent one costs this much per try, and its
+/// heartbeats (which keep the short timeout) tell the leader about it meanwhile.
+const APPEND_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn append_timeout(rpc: &AppendEntriesRequest<TypeConfig>, option: &RPCOption) -> Duration {
+    if rpc.entries.is_empty() {
+        timeout(option)
+    } else {
+        timeout(option).max(APPEND_TIMEOUT)
+    }
+}
+
 impl PeerNetwork {
     async fn send_snapshot(
         &mut self,
@@ -127,7 +143,8 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.client.call(PeerRequest::AppendEntries(rpc), timeout(&option)).await.map_err(transport)? {
+        let timeout = append_timeout(&rpc, &option);
+        match self.client.call(PeerRequest::AppendEntries(rpc), timeout).await.map_err(transport)? {
             PeerResponse::AppendEntries(r) => r.map_err(remote),
             _ => Err(wrong()),
         }
