@@ -195,8 +195,9 @@ class DockerEnsemble:
             timeout=60)
 
     def logs(self, tail: int = 400, quiet: bool = True) -> str:
-        """The services' logs; quiet drops openraft's per-heartbeat replication errors, which
-        a partitioned node logs several times every 50 ms."""
+        """The services' logs; quiet drops openraft's per-heartbeat replication errors (a
+        partitioned node logs several every 50 ms), in case a log filter lets them through:
+        Warden's default filter keeps them out and logs a silent peer once a minute."""
         try:
             out = self.compose("logs", "--no-color", f"--tail={tail}", timeout=60, check=False).stdout
         except subprocess.TimeoutExpired:

@@ -749,6 +749,39 @@ def test_follower_back_after_long_absence_catches_up_from_snapshot(clients):
             assert "snapshot written" in llog
 
 
+@pytest.mark.skipif(not WARDEN, reason="checks Warden's own log lines")
+def test_a_down_member_is_logged_once_not_per_heartbeat(ensemble3, clients):
+    """A member killed under writes: the leader logs it once (openraft alone warned ~40 times a
+    second for as long as it was down), and logs it back when it returns."""
+    ens = ensemble3
+    leader = ens.leader()
+    away = ens.followers()[0]
+    c = clients([ens.hostports[leader]])
+    path = uniq("ens-down-log")
+    c.create(path, b"x")
+
+    def lines() -> list[str]:
+        with open(ens.members[leader].log_path, errors="replace") as f:
+            return f.read().splitlines()
+
+    start = len(lines())
+    ens.kill(away)
+    deadline = time.monotonic() + 3
+    i = 0
+    while time.monotonic() < deadline:  # writes keep replication to the dead member retrying
+        c.set(path, str(i).encode())
+        i += 1
+        time.sleep(0.01)
+    new = lines()[start:]
+    down = [line for line in new if "peer does not answer" in line]
+    assert len(down) == 1, f"{len(down)} 'peer does not answer' lines:\n" + "\n".join(new[-20:])
+    assert len(new) <= 10, f"the leader logged {len(new)} lines in 3 s with one member down:\n" + "\n".join(new[:20])
+    ens.start(away)
+    ens.wait_stable(30)
+    wait_until(lambda: any("peer answers again" in line for line in lines()[start:]), 10,
+               "the leader to log the member back")
+
+
 def test_leader_sigterm_hands_over_and_clients_keep_sessions(ensemble3, clients):
     """SIGTERM to the leader: it exits cleanly, another member leads, its client moves with session and ephemeral."""
     ens = ensemble3

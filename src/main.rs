@@ -30,9 +30,18 @@ struct Args {
     #[arg(long)]
     client_port_address: Option<std::net::IpAddr>,
     /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
-    #[arg(long, default_value = "info,openraft=warn")]
+    #[arg(long, default_value = DEFAULT_LOG_FILTER)]
     log_level: String,
 }
+
+/// Info, and openraft's warnings, except its warning per failed heartbeat and per replication
+/// retry: about 40 a second for each peer that is down or cut off, for as long as it is.
+/// Warden logs a silent peer itself, once and then once a minute (`raft::network`).
+/// `openraft::replication::stream_state` keeps its warnings (a log read that broke openraft's
+/// contract).
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::heartbeat=error,openraft::replication=error,\
+                                  openraft::replication::stream_state=warn,\
+                                  openraft::engine::handler::replication_handler=error";
 
 /// Turns transparent huge pages off for this process. mimalloc asks for them, and the kernel
 /// then zeroes a whole 2 MiB page on the first touch of each: restarting with 1,000,000

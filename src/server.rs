@@ -135,7 +135,7 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
     let id = config.server_id;
-    let network = PeerNetworkFactory { retry: Duration::from_millis(heartbeat) };
+    let network = PeerNetworkFactory::new(Duration::from_millis(heartbeat));
     // openraft spawns its tasks (core, state-machine worker, replication) on this runtime, the
     // one that serves the connections. A write's chain of tasks then hands over from one task
     // to the next on the same workers, often on the same thread: each hand-off to a thread of

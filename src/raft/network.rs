@@ -3,9 +3,18 @@
 //! off), lost or timed out -> `Network`. A peer's own Raft error (only ever fatal: its core
 //! stopped) is reported as `Network` too: openraft 0.10's network answers carry no remote
 //! error. Snapshots go as a sequence of chunks read from the snapshot file.
+//!
+//! It also owns the log of whether each peer answers ([`PeerHealth`]): one warning when a
+//! peer stops answering, one a minute while it stays silent, one line when it is back.
+//! openraft's own per-heartbeat and per-retry warnings (about 40 a second per silent peer)
+//! are filtered out by the default log filter (`main.rs`).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
+use std::time::Instant;
 
 use openraft::error::NetworkError;
 use openraft::error::RPCError;
@@ -36,19 +45,141 @@ const SNAPSHOT_CHUNK: usize = 4 << 20;
 /// Builds a [`PeerNetwork`] per target; `BasicNode.addr` is the target's `host:peerPort`.
 pub struct PeerNetworkFactory {
     /// How long replication waits after an unreachable peer before retrying.
-    pub retry: Duration,
+    retry: Duration,
+    /// One per target, shared by the target's heartbeat and replication clients.
+    health: HashMap<u64, Arc<PeerHealth>>,
+}
+
+impl PeerNetworkFactory {
+    /// A factory whose clients retry an unreachable peer every `retry`.
+    pub fn new(retry: Duration) -> PeerNetworkFactory {
+        PeerNetworkFactory { retry, health: HashMap::new() }
+    }
 }
 
 /// Raft RPCs to one peer.
 pub struct PeerNetwork {
     client: PeerClient,
     retry: Duration,
+    health: Arc<PeerHealth>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
     type Network = PeerNetwork;
-    async fn new_client(&mut self, _target: u64, node: &BasicNode) -> PeerNetwork {
-        PeerNetwork { client: PeerClient::new(node.addr.clone()), retry: self.retry }
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerNetwork {
+        let health = self
+            .health
+            .entry(target)
+            .and_modify(|h| {
+                if h.addr != node.addr {
+                    *h = Arc::new(PeerHealth::new(target, node.addr.clone()));
+                }
+            })
+            .or_insert_with(|| Arc::new(PeerHealth::new(target, node.addr.clone())))
+            .clone();
+        PeerNetwork { client: PeerClient::new(node.addr.clone()), retry: self.retry, health }
+    }
+}
+
+/// How long a peer must go unanswering before it is logged: a heartbeat or two lost on a
+/// busy machine is not news.
+const SILENT_AFTER: Duration = Duration::from_secs(1);
+
+/// How often a peer that stays silent is logged again.
+const STILL_SILENT_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether one peer answers this server's RPCs, and when that was last logged.
+struct PeerHealth {
+    target: u64,
+    addr: String,
+    silent: Mutex<Option<Silence>>,
+}
+
+struct Silence {
+    /// The first failure since the last answer.
+    since: Instant,
+    /// The last warning about it, if any yet.
+    logged: Option<Instant>,
+}
+
+impl PeerHealth {
+    fn new(target: u64, addr: String) -> PeerHealth {
+        PeerHealth { target, addr, silent: Mutex::new(None) }
+    }
+
+    fn answered(&self) {
+        let was = self.silent.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(Silence { since, logged: Some(_) }) = was {
+            tracing::info!(
+                peer = self.target,
+                addr = %self.addr,
+                silent_s = since.elapsed().as_secs(),
+                "peer answers again"
+            );
+        }
+    }
+
+    fn failed(&self, error: &dyn std::fmt::Display) {
+        self.failed_at(Instant::now(), error);
+    }
+
+    fn failed_at(&self, now: Instant, error: &dyn std::fmt::Display) {
+        let mut silent = self.silent.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(silence) = silent.as_mut() else {
+            *silent = Some(Silence { since: now, logged: None });
+            return;
+        };
+        let silent_s = now.duration_since(silence.since).as_secs();
+        match silence.logged {
+            None if now.duration_since(silence.since) >= SILENT_AFTER => {
+                silence.logged = Some(now);
+                tracing::warn!(
+                    peer = self.target,
+                    addr = %self.addr,
+                    %error,
+                    silent_s,
+                    "peer does not answer; retrying every heartbeat, logged again once a minute while it stays silent"
+                );
+            }
+            Some(logged) if now.duration_since(logged) >= STILL_SILENT_EVERY => {
+                silence.logged = Some(now);
+                tracing::warn!(peer = self.target, addr = %self.addr, %error, silent_s, "peer still does not answer");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reports an RPC's outcome to its peer's [`PeerHealth`]. openraft drops a heartbeat that
+/// outlives its interval instead of letting it time out here, so a drop after the RPC's
+/// whole allowance counts as no answer; an earlier drop (a cancelled replication stream)
+/// says nothing about the peer.
+struct Outcome<'a> {
+    health: &'a PeerHealth,
+    started: Instant,
+    allowance: Duration,
+    reported: bool,
+}
+
+impl<'a> Outcome<'a> {
+    fn new(health: &'a PeerHealth, option: &RPCOption) -> Outcome<'a> {
+        Outcome { health, started: Instant::now(), allowance: option.hard_ttl(), reported: false }
+    }
+
+    fn report<T, E: std::fmt::Display>(mut self, result: &Result<T, E>) {
+        self.reported = true;
+        match result {
+            Ok(_) => self.health.answered(),
+            Err(e) => self.health.failed(e),
+        }
+    }
+}
+
+impl Drop for Outcome<'_> {
+    fn drop(&mut self) {
+        if !self.reported && self.started.elapsed() >= self.allowance.saturating_sub(Duration::from_millis(1)) {
+            self.health.failed(&format_args!("no answer within {:?}", self.allowance));
+        }
     }
 }
 
@@ -144,7 +275,10 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let timeout = append_timeout(&rpc, &option);
-        match self.client.call(PeerRequest::AppendEntries(rpc), timeout).await.map_err(transport)? {
+        let outcome = Outcome::new(&self.health, &option);
+        let answer = self.client.call(PeerRequest::AppendEntries(rpc), timeout).await;
+        outcome.report(&answer);
+        match answer.map_err(transport)? {
             PeerResponse::AppendEntries(r) => r.map_err(remote),
             _ => Err(wrong()),
         }
@@ -155,7 +289,10 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.client.call(PeerRequest::Vote(rpc), timeout(&option)).await.map_err(transport)? {
+        let outcome = Outcome::new(&self.health, &option);
+        let answer = self.client.call(PeerRequest::Vote(rpc), timeout(&option)).await;
+        outcome.report(&answer);
+        match answer.map_err(transport)? {
             PeerResponse::Vote(r) => r.map_err(remote),
             _ => Err(wrong()),
         }
@@ -179,5 +316,36 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
     /// the leader) before the leader retried. Retry every heartbeat instead.
     fn backoff(&self) -> Option<openraft::network::Backoff> {
         Some(openraft::network::Backoff::new(std::iter::repeat(self.retry)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logged(h: &PeerHealth) -> Option<Instant> {
+        h.silent.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|s| s.logged)
+    }
+
+    #[test]
+    fn a_silent_peer_is_logged_after_a_second_then_once_a_minute() {
+        let h = PeerHealth::new(2, "127.0.0.1:1".into());
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        h.failed_at(at(0), &"refused");
+        h.failed_at(at(500), &"refused");
+        assert_eq!(logged(&h), None, "a short silence is not logged");
+        h.failed_at(at(1_000), &"refused");
+        assert_eq!(logged(&h), Some(at(1_000)));
+        h.failed_at(at(30_000), &"refused");
+        assert_eq!(logged(&h), Some(at(1_000)), "not again within the minute");
+        h.failed_at(at(61_000), &"refused");
+        assert_eq!(logged(&h), Some(at(61_000)));
+        h.answered();
+        assert!(h.silent.lock().unwrap_or_else(|e| e.into_inner()).is_none());
+        // A fresh silence starts the count again.
+        h.failed_at(at(62_000), &"refused");
+        h.failed_at(at(62_100), &"refused");
+        assert_eq!(logged(&h), None);
     }
 }
