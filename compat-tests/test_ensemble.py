@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -780,6 +781,49 @@ def test_a_down_member_is_logged_once_not_per_heartbeat(ensemble3, clients):
     ens.wait_stable(30)
     wait_until(lambda: any("peer answers again" in line for line in lines()[start:]), 10,
                "the leader to log the member back")
+
+
+@pytest.mark.skipif(not WARDEN, reason="checks Warden's own log line and config key")
+def test_slow_disk_ensemble_warns_then_elects_with_a_longer_election_timeout(tmp_path, monkeypatch, clients):
+    """Every fsync 100 ms slower (an LD_PRELOAD shim): with the default 75 ms election timeout
+    a vote's answer (sent once the vote is durable) comes too late, and each member says so
+    and names raft.electionTimeoutMs; with that key at 600 the ensemble elects and takes writes."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is needed to build the slow-disk shim")
+    shim = tmp_path / "slowsync.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    os.path.join(os.path.dirname(__file__), "slowsync.c"), "-ldl"], check=True, timeout=60)
+    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    monkeypatch.setenv("SLOWSYNC_MS", "100")
+    slow = Ensemble(3, name="slowdisk-default")
+    try:
+        for m in slow.members:
+            m.start(wait=False)
+
+        def warned() -> int:
+            n = 0
+            for m in slow.members:
+                with open(m.log_path, errors="replace") as f:
+                    n += "saving the Raft vote took over half the election timeout" in f.read()
+            return n
+
+        wait_until(lambda: warned() >= 2, 20, "members to warn that their votes are saved too slowly")
+        with open(slow.members[0].log_path, errors="replace") as f:
+            assert "raft.electionTimeoutMs" in f.read()
+    finally:
+        slow.close()
+    tuned = Ensemble(3, name="slowdisk-tuned", extra_cfg={"raft.electionTimeoutMs": "600"}).start(timeout=90)
+    try:
+        leader = tuned.leader()
+        c = clients(tuned.hostports, timeout=10.0)
+        path = uniq("ens-slow-disk")
+        c.create(path, b"durable")
+        f = clients([tuned.hostports[(leader + 1) % 3]], timeout=10.0)
+        f.sync(path)
+        assert f.get(path)[0] == b"durable"
+    finally:
+        tuned.close()
 
 
 def test_leader_sigterm_hands_over_and_clients_keep_sessions(ensemble3, clients):

@@ -76,7 +76,15 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     let metrics_handle = if config.metrics_enable { crate::admin::metrics::install() } else { None };
     let layout = crate::raft::layout::DataLayout::new(&config.data_dir, &config.data_log_dir);
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
+    // Raft timing: a heartbeat every tick/80 (25 ms at tickTime 2000); a follower campaigns
+    // after the leader lease (`election_timeout_max`, 6 heartbeats) plus a random 3-6
+    // heartbeats, i.e. 225-300 ms of silence, and only if a majority has lost the leader too
+    // (pre-vote), or right after the lease when the leader's process is gone (see `failover`).
+    // `raft.heartbeatMs`/`raft.electionTimeoutMs` override.
+    let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 80).clamp(10, 500));
+    let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
     let log_store = LogStore::open(&layout.log_file())?;
+    let log_store = if config.servers.is_empty() { log_store } else { log_store.with_vote_budget(election) };
     // An ensemble member's own entries always go to the log's writer thread; a standalone
     // server's only while its workers are spread for many clients (see `LogStore::with_writer`).
     let offload: Option<crate::raft::log_store::Offload> = if !config.servers.is_empty() {
@@ -110,13 +118,6 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
     let sm = StateMachine::open(&layout.snap_dir, shared.clone(), effects).map_err(ServerError::StateMachine)?;
 
-    // Raft timing: a heartbeat every tick/80 (25 ms at tickTime 2000); a follower campaigns
-    // after the leader lease (`election_timeout_max`, 6 heartbeats) plus a random 3-6
-    // heartbeats, i.e. 225-300 ms of silence, and only if a majority has lost the leader too
-    // (pre-vote), or right after the lease when the leader's process is gone (see `failover`).
-    // `raft.heartbeatMs`/`raft.electionTimeoutMs` override.
-    let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 80).clamp(10, 500));
-    let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
     let standalone = config.servers.is_empty();
     let raft_config = openraft::Config {
         cluster_name: "warden".into(),

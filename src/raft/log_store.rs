@@ -176,6 +176,37 @@ pub struct LogStore {
     committed: Arc<Mutex<Committed>>,
     /// The member's id and its writer thread (see [`LogStore::with_writer`]).
     writer: Option<(u64, Arc<Writer>)>,
+    /// See [`LogStore::with_vote_budget`].
+    vote_budget: Option<Arc<VoteBudget>>,
+}
+
+/// How long saving a vote may take before the operator is told the disk is too slow for the
+/// election timeout, and when that was last said.
+struct VoteBudget {
+    budget: std::time::Duration,
+    election_timeout_ms: u64,
+    warned: Mutex<Option<std::time::Instant>>,
+}
+
+impl VoteBudget {
+    /// Warns (at most once a minute) when saving a vote took `took`, over the budget.
+    fn check(&self, took: std::time::Duration) {
+        if took < self.budget {
+            return;
+        }
+        let mut warned = lock(&self.warned);
+        if warned.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(60)) {
+            return;
+        }
+        *warned = Some(std::time::Instant::now());
+        tracing::warn!(
+            took_ms = took.as_millis() as u64,
+            election_timeout_ms = self.election_timeout_ms,
+            "saving the Raft vote took over half the election timeout: vote answers later than \
+             the timeout are dropped, so this ensemble may fail to elect a leader on this disk; \
+             raise raft.electionTimeoutMs to several times this figure"
+        );
+    }
 }
 
 /// Whether the appends of a member's own term go to the writer thread now.
@@ -402,7 +433,22 @@ impl LogStore {
             tail: Arc::new(Mutex::new(Tail::default())),
             committed: Arc::new(Mutex::new(committed)),
             writer: None,
+            vote_budget: None,
         })
+    }
+
+    /// This store, warning when saving a vote takes over half of `election_timeout_ms`. An
+    /// ensemble member answers a vote only once the vote is durable, and the candidate drops
+    /// answers that take longer than the election timeout: with a disk whose fsync takes
+    /// about that long no election ever completes (seen with a 100 ms fsync and the default
+    /// 75 ms), and this warning names the key that fixes it.
+    pub fn with_vote_budget(mut self, election_timeout_ms: u64) -> LogStore {
+        self.vote_budget = Some(Arc::new(VoteBudget {
+            budget: std::time::Duration::from_millis(election_timeout_ms / 2),
+            election_timeout_ms,
+            warned: Mutex::new(None),
+        }));
+        self
     }
 
     /// This store, for ensemble member `id`, with a writer thread for the appends of this
@@ -618,7 +664,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote)?;
-        self.write(vec![Command::Vote(bytes)])
+        let started = std::time::Instant::now();
+        let written = self.write(vec![Command::Vote(bytes)]);
+        if let Some(b) = &self.vote_budget {
+            b.check(started.elapsed());
+        }
+        written
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
