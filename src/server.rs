@@ -83,11 +83,12 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     // `raft.heartbeatMs`/`raft.electionTimeoutMs` override.
     let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 80).clamp(10, 500));
     let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
+    let standalone = config.servers.is_empty();
     let log_store = LogStore::open(&layout.log_file())?;
-    let log_store = if config.servers.is_empty() { log_store } else { log_store.with_vote_budget(election) };
+    let log_store = if standalone { log_store } else { log_store.with_vote_budget(election) };
     // An ensemble member's own entries always go to the log's writer thread; a standalone
     // server's only while its workers are spread for many clients (see `LogStore::with_writer`).
-    let offload: Option<crate::raft::log_store::Offload> = if !config.servers.is_empty() {
+    let offload: Option<crate::raft::log_store::Offload> = if !standalone {
         Some(Box::new(|| true))
     } else {
         placement.clone().map(|p| -> crate::raft::log_store::Offload { Box::new(move || p.is_spread()) })
@@ -118,7 +119,6 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
     let sm = StateMachine::open(&layout.snap_dir, shared.clone(), effects).map_err(ServerError::StateMachine)?;
 
-    let standalone = config.servers.is_empty();
     let raft_config = openraft::Config {
         cluster_name: "warden".into(),
         heartbeat_interval: heartbeat,

@@ -118,7 +118,8 @@ type Pending = oneshot::Sender<Result<PeerResponse, PeerError>>;
 type PendingMap = Arc<Mutex<Option<HashMap<u64, Pending>>>>;
 type Writer = FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks `m`, poisoned or not (nothing held under these locks is left half-changed).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

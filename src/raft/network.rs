@@ -34,6 +34,7 @@ use openraft::BasicNode;
 use super::Snapshot;
 use super::TypeConfig;
 use super::Vote;
+use crate::peer::lock;
 use crate::peer::PeerClient;
 use crate::peer::PeerError;
 use crate::peer::PeerRequest;
@@ -108,7 +109,7 @@ impl PeerHealth {
     }
 
     fn answered(&self) {
-        let was = self.silent.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let was = lock(&self.silent).take();
         if let Some(Silence { since, logged: Some(_) }) = was {
             tracing::info!(
                 peer = self.target,
@@ -124,7 +125,7 @@ impl PeerHealth {
     }
 
     fn failed_at(&self, now: Instant, error: &dyn std::fmt::Display) {
-        let mut silent = self.silent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut silent = lock(&self.silent);
         let Some(silence) = silent.as_mut() else {
             *silent = Some(Silence { since: now, logged: None });
             return;
@@ -324,7 +325,7 @@ mod tests {
     use super::*;
 
     fn logged(h: &PeerHealth) -> Option<Instant> {
-        h.silent.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|s| s.logged)
+        lock(&h.silent).as_ref().and_then(|s| s.logged)
     }
 
     #[test]
@@ -342,7 +343,7 @@ mod tests {
         h.failed_at(at(61_000), &"refused");
         assert_eq!(logged(&h), Some(at(61_000)));
         h.answered();
-        assert!(h.silent.lock().unwrap_or_else(|e| e.into_inner()).is_none());
+        assert!(lock(&h.silent).is_none());
         // A fresh silence starts the count again.
         h.failed_at(at(62_000), &"refused");
         h.failed_at(at(62_100), &"refused");
