@@ -783,32 +783,69 @@ def test_a_down_member_is_logged_once_not_per_heartbeat(ensemble3, clients):
                "the leader to log the member back")
 
 
-@pytest.mark.skipif(not WARDEN, reason="checks Warden's own log line and config key")
-def test_slow_disk_ensemble_warns_then_elects_with_a_longer_election_timeout(tmp_path, monkeypatch, clients):
-    """Every fsync 100 ms slower (an LD_PRELOAD shim): with the default 75 ms election timeout
-    a vote's answer (sent once the vote is durable) comes too late, and each member says so
-    and names raft.electionTimeoutMs; with that key at 600 the ensemble elects and takes writes."""
+def _slowsync_shim(tmp_path) -> str:
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.skip("gcc is needed to build the slow-disk shim")
     shim = tmp_path / "slowsync.so"
     subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
                     os.path.join(os.path.dirname(__file__), "slowsync.c"), "-ldl"], check=True, timeout=60)
-    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    return str(shim)
+
+
+def _votes_saved_slowly(ens) -> int:
+    n = 0
+    for m in ens.members:
+        with open(m.log_path, errors="replace") as f:
+            n += "saving the Raft vote took over half the time a candidate waits" in f.read()
+    return n
+
+
+@pytest.mark.skipif(not WARDEN, reason="emulates a slow disk under Warden's process")
+def test_slow_disk_ensemble_elects_and_fails_over_with_default_timing(tmp_path, monkeypatch, clients):
+    """Every fsync 100 ms slower (an LD_PRELOAD shim), default timing: a vote's answer is sent
+    once the vote is durable, ~100 ms after the request. The candidate waits for answers for
+    the whole leader lease (149 ms) and nobody starts a new term meanwhile, so the ensemble
+    elects, takes writes, and elects again after kill -9 of its leader."""
+    monkeypatch.setenv("LD_PRELOAD", _slowsync_shim(tmp_path))
     monkeypatch.setenv("SLOWSYNC_MS", "100")
-    slow = Ensemble(3, name="slowdisk-default")
+    ens = Ensemble(3, name="slowdisk-default").start(timeout=60)
+    try:
+        leader = ens.leader()
+        f = (leader + 1) % 3
+        c = clients([ens.hostports[f]], timeout=10.0)
+        path = uniq("ens-slow-disk")
+        c.create(path, b"durable")
+        ens.kill(leader)
+        t0 = time.monotonic()
+        wait_until(lambda: _write_ok(c, path), 30, "a write through a survivor after kill -9 of the leader")
+        print(f"slow disk: a write through a survivor {time.monotonic() - t0:.2f}s after kill -9 of the leader")
+        assert c.get(path)[0] == b"after"
+    finally:
+        ens.close()
+
+
+def _write_ok(c, path) -> bool:
+    try:
+        c.set(path, b"after")
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not WARDEN, reason="checks Warden's own log line and config key")
+def test_slow_disk_ensemble_warns_then_elects_with_a_longer_election_timeout(tmp_path, monkeypatch, clients):
+    """Every fsync 300 ms slower: with the default timing a vote's answer comes later than
+    the 149 ms a candidate waits for it, so no election completes, and each member says so
+    and names raft.electionTimeoutMs; with that key at 600 the ensemble elects and takes writes."""
+    monkeypatch.setenv("LD_PRELOAD", _slowsync_shim(tmp_path))
+    monkeypatch.setenv("SLOWSYNC_MS", "300")
+    slow = Ensemble(3, name="slowdisk-300")
     try:
         for m in slow.members:
             m.start(wait=False)
-
-        def warned() -> int:
-            n = 0
-            for m in slow.members:
-                with open(m.log_path, errors="replace") as f:
-                    n += "saving the Raft vote took over half the election timeout" in f.read()
-            return n
-
-        wait_until(lambda: warned() >= 2, 20, "members to warn that their votes are saved too slowly")
+        wait_until(lambda: _votes_saved_slowly(slow) >= 2, 20,
+                   "members to warn that their votes are saved too slowly")
         with open(slow.members[0].log_path, errors="replace") as f:
             assert "raft.electionTimeoutMs" in f.read()
     finally:

@@ -1,4 +1,4 @@
-//! When a voter of an ensemble campaigns for leadership. Two rules, both on top of openraft:
+//! When a voter of an ensemble campaigns for leadership. Three rules, on top of openraft:
 //!
 //! - **Pre-vote.** openraft campaigns on its own timer by bumping its term, and a higher
 //!   term deposes a live leader the moment the two next speak, even when the candidate could
@@ -13,6 +13,12 @@
 //!   *refuses* connections its process is gone (a partition or a hung process times out
 //!   instead), so one survivor, the lowest-numbered voter whose own peer port still answers,
 //!   campaigns the moment the lease has run out.
+//!
+//! - **Campaigns that do not cut each other off** ([`CampaignTiming`]). A voter answers a
+//!   vote only once the vote is on disk, so on a slow disk the answers take a while: after a
+//!   vote changes, nobody starts a new term until the candidate's whole vote window (openraft's
+//!   `election_timeout_min`) has passed, and each campaign of this server's that elects
+//!   nobody doubles the random part of its next wait (up to 8×).
 //!
 //! A standalone server keeps openraft's own timer: it has nobody to ask or to depose.
 
@@ -183,29 +189,72 @@ pub fn grant_pre_vote(
     granted
 }
 
+/// How long an ensemble's voter stays silent before it runs a pre-vote, from the Raft timing
+/// the server was started with.
+#[derive(Clone, Copy, Debug)]
+pub struct CampaignTiming {
+    /// `raft.electionTimeoutMs`: the random part of a wait is drawn from `[election, 2 × election)`.
+    pub election: Duration,
+    /// The leader lease (openraft's `election_timeout_max`): how long a known leader's silence
+    /// is tolerated before the random part starts.
+    pub lease: Duration,
+    /// How long a candidate waits for the answers to its vote requests (openraft's
+    /// `election_timeout_min`). A voter answers only once the vote is on disk.
+    pub vote_window: Duration,
+}
+
+/// Doublings of the random wait after campaigns that elected nobody: 1×, 2×, 4×, then 8× the
+/// election timeout, as ZooKeeper's leader election doubles its notification timeout.
+const MAX_BACKOFF_DOUBLINGS: u32 = 3;
+
+impl CampaignTiming {
+    /// The silence to wait before the next pre-vote, `random` in `[0, 1)` picking within the
+    /// random part:
+    /// - after a leader was known (`leader_known`): the lease, then one election timeout;
+    /// - while a campaign is under way (`campaigning`: a vote for a candidate changed, this
+    ///   server's or one it granted), the candidate's whole vote window first, so that a new
+    ///   term never cuts off answers still being written to a slow disk;
+    /// - `campaigns` counts the campaigns this server started since a leader was last known:
+    ///   each after the first doubles the random part, so that candidates whose split votes
+    ///   keep colliding draw further apart.
+    pub fn wait(&self, leader_known: bool, campaigning: bool, campaigns: u32, random: f64) -> Duration {
+        let random = self.election.mul_f64(1.0 + random.clamp(0.0, 1.0));
+        if leader_known {
+            return self.lease + random;
+        }
+        let backoff = random * (1u32 << campaigns.saturating_sub(1).min(MAX_BACKOFF_DOUBLINGS));
+        if campaigning {
+            self.vote_window + backoff
+        } else {
+            backoff
+        }
+    }
+}
+
 /// The election timer of an ensemble's voter (openraft's own is off): after the leader lease
 /// plus a random election timeout without hearing from a leader (a random election timeout
 /// alone while there is no known leader), run a pre-vote and campaign only if a majority of
-/// the voters grants it.
-pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let cfg = raft.config().clone();
-    let heartbeat = Duration::from_millis(cfg.heartbeat_interval);
-    let lease = Duration::from_millis(cfg.election_timeout_max);
-    let ask_timeout = lease;
-    let timeout = |committed: bool| {
-        let t = Duration::from_millis(rand::rng().random_range(cfg.election_timeout_min..cfg.election_timeout_max));
-        if committed {
-            lease + t
-        } else {
-            t
-        }
+/// the voters grants it. See [`CampaignTiming::wait`] for the waits after a campaign.
+pub async fn campaign(
+    raft: Raft,
+    me: u64,
+    timing: CampaignTiming,
+    contact: Arc<LeaderContact>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let heartbeat = Duration::from_millis(raft.config().heartbeat_interval);
+    let ask_timeout = timing.lease;
+    // Campaigns this server started since a leader was last known.
+    let mut campaigns = 0u32;
+    let next_wait = |leader_known: bool, campaigning: bool, campaigns: u32| {
+        timing.wait(leader_known, campaigning, campaigns, rand::rng().random::<f64>())
     };
     let mut tick = tokio::time::interval((heartbeat / 2).max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut peers: std::collections::HashMap<u64, PeerClient> = Default::default();
     // The silence being timed starts at the last vote change, leader contact or attempt.
     let mut since = Instant::now();
-    let mut wait = timeout(false);
+    let mut wait = next_wait(false, false, 0);
     let mut vote = None;
     loop {
         tokio::select! {
@@ -218,16 +267,23 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
             (m.state, m.vote, m.membership_config.membership().clone())
         };
         if vote != Some(current_vote) {
+            // The first look at the vote (at start) is no campaign under way.
+            let campaigning = vote.is_some() && !current_vote.is_committed();
             vote = Some(current_vote);
+            if current_vote.is_committed() {
+                campaigns = 0;
+            }
             since = Instant::now();
-            wait = timeout(current_vote.is_committed());
+            wait = next_wait(current_vote.is_committed(), campaigning, campaigns);
         }
         if let Some((_, at)) = contact.last().filter(|(_, at)| *at > since) {
+            campaigns = 0;
             since = at;
-            wait = timeout(true);
+            wait = next_wait(true, false, 0);
         }
         let voters: Vec<u64> = membership.voter_ids().collect();
         if state == ServerState::Leader || !voters.contains(&me) {
+            campaigns = 0;
             since = Instant::now();
             continue;
         }
@@ -271,7 +327,7 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
         let silent_ms = since.elapsed().as_millis() as u64;
         let asked_since = since;
         since = Instant::now();
-        wait = timeout(false);
+        wait = next_wait(false, false, campaigns);
         if *stop.borrow() {
             return;
         }
@@ -286,11 +342,59 @@ pub async fn campaign(raft: Raft, me: u64, contact: Arc<LeaderContact>, mut stop
             tracing::debug!(granted, "pre-vote won, but a leader showed up meanwhile: not campaigning");
             continue;
         }
-        tracing::info!(granted, voters = voters.len(), silent_ms, "no leader heard; pre-vote won: campaigning");
+        tracing::info!(
+            granted,
+            voters = voters.len(),
+            silent_ms,
+            earlier_campaigns = campaigns,
+            "no leader heard; pre-vote won: campaigning"
+        );
+        campaigns = campaigns.saturating_add(1);
         if let Err(e) = raft.trigger().elect(false).await {
             // Fatal: Raft has stopped, and there is nothing left to elect.
             tracing::warn!(error = %e, "could not start an election; Raft has stopped");
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> CampaignTiming {
+        CampaignTiming {
+            election: Duration::from_millis(75),
+            lease: Duration::from_millis(150),
+            vote_window: Duration::from_millis(149),
+        }
+    }
+
+    #[test]
+    fn a_known_leader_is_waited_for_a_lease_then_an_election_timeout() {
+        let t = timing();
+        assert_eq!(t.wait(true, false, 0, 0.0), Duration::from_millis(225));
+        assert_eq!(t.wait(true, false, 0, 1.0), Duration::from_millis(300));
+        // Campaigns before the leader was heard do not stretch the wait.
+        assert_eq!(t.wait(true, false, 5, 0.5), t.wait(true, false, 0, 0.5));
+    }
+
+    #[test]
+    fn no_new_term_while_a_candidate_may_still_get_its_answers() {
+        let t = timing();
+        // At start, nobody campaigning: one random election timeout.
+        assert_eq!(t.wait(false, false, 0, 0.0), Duration::from_millis(75));
+        // A campaign under way: its whole vote window first.
+        assert_eq!(t.wait(false, true, 1, 0.0), Duration::from_millis(149 + 75));
+        assert!(t.wait(false, true, 1, 0.99) > t.vote_window);
+    }
+
+    #[test]
+    fn campaigns_that_elect_nobody_draw_further_apart() {
+        let t = timing();
+        let waits: Vec<u128> = (1..=6).map(|n| t.wait(false, true, n, 0.0).as_millis()).collect();
+        assert_eq!(waits, [224, 299, 449, 749, 749, 749]);
+        // Out-of-range randomness is clamped, and a huge count does not overflow.
+        assert_eq!(t.wait(false, false, u32::MAX, 7.0), Duration::from_millis(150 * 8));
     }
 }

@@ -84,8 +84,14 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 80).clamp(10, 500));
     let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
     let standalone = config.servers.is_empty();
+    // openraft waits `election_timeout_min` for a vote answer, and a voter answers only once
+    // the vote is on disk. An ensemble's voters time their campaigns themselves
+    // (`failover::campaign`, from `election`), so there openraft's minimum only sets that
+    // wait, and it gets the most the leader lease allows: votes still complete on a disk
+    // whose fsync takes up to about a lease (150 ms at the defaults), not half of one.
+    let vote_window = if standalone { election } else { election * 2 - 1 };
     let log_store = LogStore::open(&layout.log_file())?;
-    let log_store = if standalone { log_store } else { log_store.with_vote_budget(election) };
+    let log_store = if standalone { log_store } else { log_store.with_vote_budget(vote_window) };
     // An ensemble member's own entries always go to the log's writer thread; a standalone
     // server's only while its workers are spread for many clients (see `LogStore::with_writer`).
     let offload: Option<crate::raft::log_store::Offload> = if !standalone {
@@ -122,7 +128,7 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     let raft_config = openraft::Config {
         cluster_name: "warden".into(),
         heartbeat_interval: heartbeat,
-        election_timeout_min: election,
+        election_timeout_min: vote_window,
         election_timeout_max: election * 2,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snap_count),
         max_in_snapshot_log_to_keep: 1000,
@@ -203,9 +209,15 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
             dispatcher.leader_contact.clone(),
             stop_rx.clone(),
         )));
+        let timing = crate::failover::CampaignTiming {
+            election: Duration::from_millis(election),
+            lease: Duration::from_millis(election * 2),
+            vote_window: Duration::from_millis(vote_window),
+        };
         tasks.push(tokio::spawn(crate::failover::campaign(
             raft.clone(),
             id,
+            timing,
             dispatcher.leader_contact.clone(),
             stop_rx.clone(),
         )));

@@ -181,10 +181,10 @@ pub struct LogStore {
 }
 
 /// How long saving a vote may take before the operator is told the disk is too slow for the
-/// election timeout, and when that was last said.
+/// election, and when that was last said.
 struct VoteBudget {
     budget: std::time::Duration,
-    election_timeout_ms: u64,
+    vote_window_ms: u64,
     warned: Mutex<Option<std::time::Instant>>,
 }
 
@@ -201,10 +201,11 @@ impl VoteBudget {
         *warned = Some(std::time::Instant::now());
         tracing::warn!(
             took_ms = took.as_millis() as u64,
-            election_timeout_ms = self.election_timeout_ms,
-            "saving the Raft vote took over half the election timeout: vote answers later than \
-             the timeout are dropped, so this ensemble may fail to elect a leader on this disk; \
-             raise raft.electionTimeoutMs to several times this figure"
+            vote_window_ms = self.vote_window_ms,
+            "saving the Raft vote took over half the time a candidate waits for vote answers \
+             (twice raft.electionTimeoutMs): answers later than that are dropped, so this \
+             ensemble may fail to elect a leader on this disk; raise raft.electionTimeoutMs \
+             to several times this figure"
         );
     }
 }
@@ -437,15 +438,15 @@ impl LogStore {
         })
     }
 
-    /// This store, warning when saving a vote takes over half of `election_timeout_ms`. An
-    /// ensemble member answers a vote only once the vote is durable, and the candidate drops
-    /// answers that take longer than the election timeout: with a disk whose fsync takes
-    /// about that long no election ever completes (seen with a 100 ms fsync and the default
-    /// 75 ms), and this warning names the key that fixes it.
-    pub fn with_vote_budget(mut self, election_timeout_ms: u64) -> LogStore {
+    /// This store, warning when saving a vote takes over half of `vote_window_ms`, the time a
+    /// candidate waits for vote answers. An ensemble member answers a vote only once the vote
+    /// is durable, and the candidate drops later answers: with a disk whose fsync takes about
+    /// that long no election ever completes (seen with every fsync 100 ms slower and the vote
+    /// window at 75 ms), and this warning names the key that fixes it.
+    pub fn with_vote_budget(mut self, vote_window_ms: u64) -> LogStore {
         self.vote_budget = Some(Arc::new(VoteBudget {
-            budget: std::time::Duration::from_millis(election_timeout_ms / 2),
-            election_timeout_ms,
+            budget: std::time::Duration::from_millis(vote_window_ms / 2),
+            vote_window_ms,
             warned: Mutex::new(None),
         }));
         self
