@@ -198,3 +198,45 @@ def test_prometheus_scrapes_warden(metrics_server, prometheus):
     assert target["health"] == "up" and target["lastError"] == "", target
     assert prometheus.query("warden_raft_term"), "warden_raft_term not stored"
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.skipif(not WARDEN, reason="checks Warden's own log line and metric")
+def test_a_slow_fsync_is_logged_once_and_measured(tmp_path, monkeypatch):
+    """Every fsync 100 ms slower (compat-tests/slowsync.c through LD_PRELOAD) and ZooKeeper's
+    fsync.warningthresholdms at 50: the server logs one warning naming the key for a burst of
+    slow writes (not one per fsync), and warden_raft_fsync_seconds shows them over 0.1 s."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is needed to build the slow-disk shim")
+    shim = tmp_path / "slowsync.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    os.path.join(os.path.dirname(__file__), "slowsync.c"), "-ldl"], check=True, timeout=60)
+    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    monkeypatch.setenv("SLOWSYNC_MS", "100")
+    port = harness.free_port()
+    srv = harness.started(None, name="ops-slow-fsync", extra_cfg={
+        "fsync.warningthresholdms": "50",
+        "metricsProvider.className": "org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider",
+        "metricsProvider.httpHost": "127.0.0.1",
+        "metricsProvider.httpPort": port,
+    })
+    c = KazooClient(hosts=srv.hostport, timeout=10.0)
+    try:
+        c.start(timeout=15)
+        for i in range(5):
+            c.create(f"/slow-fsync-{i}", b"x")
+        with open(srv.log_path, errors="replace") as f:
+            lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in f if "fsync.warningthresholdms" in line]
+        assert len(lines) == 1, lines
+        assert "took_ms=" in lines[0] and "threshold_ms=50" in lines[0], lines[0]
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_http(url)
+        _, _, body = http("GET", url)
+        _, samples = parse_exposition(body)
+        total = samples["warden_raft_fsync_seconds_count"]
+        fast = samples['warden_raft_fsync_seconds_bucket{le="0.1"}']
+        assert total >= 5 and fast < total, (fast, total)
+    finally:
+        c.stop()
+        c.close()
+        srv.close()

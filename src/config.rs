@@ -124,6 +124,9 @@ pub struct Config {
     /// `runtime.spreadWorkers` (Warden's own key): `auto` (default), `true` or `false`; see
     /// [`crate::placement`].
     pub spread_workers: crate::placement::Mode,
+    /// `fsync.warningthresholdms`: a Raft log append whose write and fsync take longer is
+    /// logged (at most once a minute). ZooKeeper's key and default, 1000.
+    pub fsync_warning_threshold_ms: u64,
 }
 
 impl Default for Config {
@@ -161,6 +164,7 @@ impl Default for Config {
             raft_heartbeat_ms: None,
             raft_election_timeout_ms: None,
             spread_workers: crate::placement::Mode::Auto,
+            fsync_warning_threshold_ms: crate::raft::log_store::DEFAULT_FSYNC_WARNING_MS,
         }
     }
 }
@@ -282,6 +286,7 @@ impl Config {
                 "syncLimit" => c.sync_limit = parse(raw_key, value)?,
                 "raft.heartbeatMs" => c.raft_heartbeat_ms = Some(parse(raw_key, value)?),
                 "raft.electionTimeoutMs" => c.raft_election_timeout_ms = Some(parse(raw_key, value)?),
+                "fsync.warningthresholdms" => c.fsync_warning_threshold_ms = parse(raw_key, value)?,
                 "runtime.spreadWorkers" => {
                     c.spread_workers = if value.trim().eq_ignore_ascii_case("auto") {
                         crate::placement::Mode::Auto
@@ -398,6 +403,19 @@ mod tests {
         assert_eq!(backlog(Some("50")), (50, 50));
         let err = Config::from_properties(&props(&[("clientPortListenBacklog", "lots")])).unwrap_err();
         assert!(err.to_string().contains("clientPortListenBacklog"), "{err}");
+    }
+
+    #[test]
+    fn fsync_warning_threshold() {
+        let c = Config::from_properties(&props(&[])).unwrap();
+        assert_eq!(c.fsync_warning_threshold_ms, 1000);
+        // ZooKeeper's name, with or without its system-property prefix.
+        for key in ["fsync.warningthresholdms", "zookeeper.fsync.warningthresholdms"] {
+            let c = Config::from_properties(&props(&[(key, "250")])).unwrap();
+            assert_eq!(c.fsync_warning_threshold_ms, 250);
+        }
+        let err = Config::from_properties(&props(&[("fsync.warningthresholdms", "-5")])).unwrap_err().to_string();
+        assert!(err.contains("fsync.warningthresholdms"), "{err}");
     }
 
     #[test]

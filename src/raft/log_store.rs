@@ -178,6 +178,59 @@ pub struct LogStore {
     writer: Option<(u64, Arc<Writer>)>,
     /// See [`LogStore::with_vote_budget`].
     vote_budget: Option<Arc<VoteBudget>>,
+    /// See [`LogStore::with_fsync_warning`].
+    slow: Arc<SlowAppends>,
+}
+
+/// ZooKeeper's `fsync.warningthresholdms` default: 1 s.
+pub const DEFAULT_FSYNC_WARNING_MS: u64 = 1000;
+
+/// Appends whose write and fsync took longer than a threshold, told to the operator at most
+/// once a minute (ZooKeeper warns at every such fsync, which on a disk that stays slow fills
+/// the log).
+struct SlowAppends {
+    threshold_ms: std::sync::atomic::AtomicU64,
+    /// When the last warning went out, and the slow appends since.
+    state: Mutex<SlowState>,
+}
+
+#[derive(Default)]
+struct SlowState {
+    warned: Option<std::time::Instant>,
+    since: u64,
+}
+
+impl SlowAppends {
+    fn new(threshold_ms: u64) -> SlowAppends {
+        SlowAppends { threshold_ms: threshold_ms.into(), state: Mutex::new(SlowState::default()) }
+    }
+
+    /// Notes an append of `entries` (`bytes()` bytes) that took `took`; warns if it was slow
+    /// and no warning went out in the last minute.
+    fn check(&self, took: std::time::Duration, entries: usize, bytes: impl FnOnce() -> usize) {
+        let threshold_ms = self.threshold_ms.load(std::sync::atomic::Ordering::Relaxed);
+        if took < std::time::Duration::from_millis(threshold_ms) {
+            return;
+        }
+        let mut st = lock(&self.state);
+        st.since += 1;
+        if st.warned.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(60)) {
+            return;
+        }
+        let slow = std::mem::take(&mut st.since);
+        st.warned = Some(std::time::Instant::now());
+        drop(st);
+        tracing::warn!(
+            took_ms = took.as_millis() as u64,
+            threshold_ms,
+            entries,
+            bytes = bytes(),
+            slow_appends_since_last_warning = slow,
+            "writing and fsyncing the Raft log took longer than fsync.warningthresholdms: \
+             every write waits for it; the disk is slow or busy (warden_raft_fsync_seconds \
+             has the distribution)"
+        );
+    }
 }
 
 /// How long saving a vote may take before the operator is told the disk is too slow for the
@@ -254,6 +307,7 @@ fn run_writer(
     db: Arc<redb::Database>,
     segments: Arc<Mutex<SegmentLog>>,
     tail: Arc<Mutex<Tail>>,
+    slow: &SlowAppends,
     rx: std::sync::mpsc::Receiver<(Vec<Command>, Done)>,
     queued: Arc<std::sync::atomic::AtomicUsize>,
     woke: impl Fn(),
@@ -274,7 +328,7 @@ fn run_writer(
             }
             dones.push(done);
         }
-        let result = commit(&db, &segments, &tail, cmds);
+        let result = commit(&db, &segments, &tail, slow, cmds);
         if let Err(e) = &result {
             tracing::error!(error = %e, "writing the raft log failed");
         }
@@ -435,6 +489,7 @@ impl LogStore {
             committed: Arc::new(Mutex::new(committed)),
             writer: None,
             vote_budget: None,
+            slow: Arc::new(SlowAppends::new(DEFAULT_FSYNC_WARNING_MS)),
         })
     }
 
@@ -449,6 +504,13 @@ impl LogStore {
             vote_window_ms,
             warned: Mutex::new(None),
         }));
+        self
+    }
+
+    /// This store, warning (at most once a minute) when writing and fsyncing an append takes
+    /// longer than `threshold_ms` (ZooKeeper's `fsync.warningthresholdms`; 1 s by default).
+    pub fn with_fsync_warning(self, threshold_ms: u64) -> LogStore {
+        self.slow.threshold_ms.store(threshold_ms, std::sync::atomic::Ordering::Relaxed);
         self
     }
 
@@ -477,9 +539,10 @@ impl LogStore {
         let (tx, rx) = std::sync::mpsc::channel();
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (db, segments, tail, q) = (self.db.clone(), self.segments.clone(), self.tail.clone(), queued.clone());
+        let slow = self.slow.clone();
         std::thread::Builder::new()
             .name("raft-log-writer".into())
-            .spawn(move || run_writer(db, segments, tail, rx, q, woke))?;
+            .spawn(move || run_writer(db, segments, tail, &slow, rx, q, woke))?;
         self.writer = Some((id, Arc::new(Writer { tx: Mutex::new(tx), offload, queued })));
         Ok(self)
     }
@@ -519,7 +582,7 @@ impl LogStore {
             let waited = rx.recv();
             return waited.map_err(|_| write_err("the log's writer thread is gone"))?.map_err(write_err);
         }
-        commit(&self.db, &self.segments, &self.tail, cmds).map_err(|e| {
+        commit(&self.db, &self.segments, &self.tail, &self.slow, cmds).map_err(|e| {
             tracing::error!(error = %e, "writing the raft log failed");
             write_err(e)
         })
@@ -564,6 +627,7 @@ fn commit(
     db: &redb::Database,
     segments: &Mutex<SegmentLog>,
     tail: &Mutex<Tail>,
+    slow: &SlowAppends,
     cmds: Vec<Command>,
 ) -> Result<(), String> {
     for cmd in &cmds {
@@ -576,7 +640,9 @@ fn commit(
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(text)?;
                 lock(segments).append(&records).map_err(text)?;
-                metrics::histogram!(names::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+                let took = started.elapsed();
+                metrics::histogram!(names::FSYNC_SECONDS).record(took.as_secs_f64());
+                slow.check(took, entries.len(), || records.iter().map(|(_, b)| b.len()).sum());
                 metrics::histogram!(names::APPEND_ENTRIES).record(entries.len() as f64);
             }
             Command::Committed(c) => {
@@ -730,5 +796,36 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let keep = t.entries.split_off(&(log_id.index + 1));
         t.entries = keep;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn slow_appends_are_told_once_a_minute_and_counted() {
+        let slow = SlowAppends::new(50);
+        slow.check(Duration::from_millis(49), 1, || 10);
+        assert!(lock(&slow.state).warned.is_none(), "under the threshold: nothing to say");
+        slow.check(Duration::from_millis(50), 1, || 10);
+        let first = lock(&slow.state).warned;
+        assert!(first.is_some());
+        assert_eq!(lock(&slow.state).since, 0, "the warning reported the slow append");
+        slow.check(Duration::from_millis(900), 3, || 30);
+        slow.check(Duration::from_millis(70), 3, || 30);
+        let st = lock(&slow.state);
+        assert_eq!(st.warned, first, "no second warning within the minute");
+        assert_eq!(st.since, 2, "the next warning counts the slow appends in between");
+    }
+
+    #[test]
+    fn the_threshold_can_be_set_after_the_writer_shares_it() {
+        let slow = Arc::new(SlowAppends::new(DEFAULT_FSYNC_WARNING_MS));
+        let shared = slow.clone();
+        slow.threshold_ms.store(5, std::sync::atomic::Ordering::Relaxed);
+        shared.check(Duration::from_millis(6), 1, || 1);
+        assert!(lock(&slow.state).warned.is_some());
     }
 }
