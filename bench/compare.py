@@ -1294,6 +1294,17 @@ def per_run_rows(L: list[str], rows, cell) -> None:
     L.append("")
 
 
+def fsync_label(opts) -> str:
+    """How the run treats fsync, for the report's header: forceSync=no on either side is said
+    in bold, so such a figure is never taken for a durable one."""
+    warden_off = any(kv.replace(" ", "") == "forceSync=no" for kv in (opts.warden_cfg or []))
+    zk_off = "zookeeper.forceSync=no" in (opts.zk_java_opts or "")
+    if not (warden_off or zk_off):
+        return "fsync on (defaults)"
+    off = [name for name, is_off in (("Warden", warden_off), ("ZooKeeper", zk_off)) if is_off]
+    return f"**fsync OFF for {' and '.join(off)} (forceSync=no): not a durable configuration**"
+
+
 def render_markdown(opts, results: dict, meta: dict) -> str:
     L: list[str] = []
     m = meta["machine"]
@@ -1315,7 +1326,7 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
              + (f"Both as {topo}s (server.1-{opts.ensemble} on 127.0.0.1, one zoo.cfg per member with its own "
                 f"clientPort and dataDir/myid, initLimit=5, syncLimit=2 as compat-tests/ensemble.py; every member "
                 f"started with the standalone command line above)" if ens else "Both standalone")
-             + f", fsync on (defaults), tickTime={TICK_TIME_MS}, maxClientCnxns=0, "
+             + f", {fsync_label(opts)}, tickTime={TICK_TIME_MS}, maxClientCnxns=0, "
              "127.0.0.1, fresh temp dataDir.")
     L.append(
         "- **Note: the load generator (warden-bench / the Python loader) runs on the same "

@@ -225,6 +225,13 @@ def test_acknowledged_writes_survive_repeated_sigkill_with_spread_workers(server
     _sigkill_rounds(server_factory(extra_cfg={"runtime.spreadWorkers": "true"}))
 
 
+def test_acknowledged_writes_survive_repeated_sigkill_with_force_sync_off(server_factory):
+    """The same with `forceSync=no` (ZooKeeper's key: the log is written, not fsynced): a kill
+    -9 of the process loses nothing, since what was written is in the page cache (a crash of
+    the machine could lose it, which this test cannot show)."""
+    _sigkill_rounds(server_factory(extra_cfg={"forceSync": "no"}))
+
+
 def _sigkill_rounds(server):
     seed = int(os.environ.get("COMPAT_CRASH_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)

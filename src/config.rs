@@ -127,6 +127,9 @@ pub struct Config {
     /// `fsync.warningthresholdms`: a Raft log append whose write and fsync take longer is
     /// logged (at most once a minute). ZooKeeper's key and default, 1000.
     pub fsync_warning_threshold_ms: u64,
+    /// `forceSync`: Raft log appends are fsynced before a write is acknowledged. As in
+    /// ZooKeeper, only the value `no` turns it off.
+    pub force_sync: bool,
 }
 
 impl Default for Config {
@@ -165,6 +168,7 @@ impl Default for Config {
             raft_election_timeout_ms: None,
             spread_workers: crate::placement::Mode::Auto,
             fsync_warning_threshold_ms: crate::raft::log_store::DEFAULT_FSYNC_WARNING_MS,
+            force_sync: true,
         }
     }
 }
@@ -287,6 +291,18 @@ impl Config {
                 "raft.heartbeatMs" => c.raft_heartbeat_ms = Some(parse(raw_key, value)?),
                 "raft.electionTimeoutMs" => c.raft_election_timeout_ms = Some(parse(raw_key, value)?),
                 "fsync.warningthresholdms" => c.fsync_warning_threshold_ms = parse(raw_key, value)?,
+                "forceSync" => {
+                    // ZooKeeper turns fsync off for exactly `no` and keeps it for anything else.
+                    let v = value.trim();
+                    c.force_sync = v != "no";
+                    if c.force_sync && v != "yes" {
+                        tracing::warn!(
+                            key = raw_key.as_str(),
+                            value = v,
+                            "only 'no' turns fsync off, as in ZooKeeper: fsync stays on"
+                        );
+                    }
+                }
                 "runtime.spreadWorkers" => {
                     c.spread_workers = if value.trim().eq_ignore_ascii_case("auto") {
                         crate::placement::Mode::Auto
@@ -311,7 +327,6 @@ impl Config {
                 | "admin.idleTimeout"
                 | "admin.commandURL"
                 | "metricsProvider.exportJvmInfo"
-                | "forceSync"
                 | "preAllocSize"
                 | "globalOutstandingLimit" => {
                     tracing::debug!(key = raw_key.as_str(), "accepted and not used by Warden");
@@ -416,6 +431,22 @@ mod tests {
         }
         let err = Config::from_properties(&props(&[("fsync.warningthresholdms", "-5")])).unwrap_err().to_string();
         assert!(err.contains("fsync.warningthresholdms"), "{err}");
+    }
+
+    #[test]
+    fn force_sync_is_off_only_for_no() {
+        let sync = |v: Option<&str>| {
+            let p = v.map_or_else(BTreeMap::new, |v| props(&[("forceSync", v)]));
+            Config::from_properties(&p).unwrap().force_sync
+        };
+        assert!(sync(None));
+        assert!(sync(Some("yes")));
+        assert!(!sync(Some("no")));
+        assert!(!sync(Some(" no ")));
+        // ZooKeeper compares with "no" exactly: anything else keeps fsync on.
+        assert!(sync(Some("false")));
+        assert!(sync(Some("No")));
+        assert!(!Config::from_properties(&props(&[("zookeeper.forceSync", "no")])).unwrap().force_sync);
     }
 
     #[test]

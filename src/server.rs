@@ -90,7 +90,15 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     // wait, and it gets the most the leader lease allows: votes still complete on a disk
     // whose fsync takes up to about a lease (150 ms at the defaults), not half of one.
     let vote_window = if standalone { election } else { election * 2 - 1 };
-    let log_store = LogStore::open(&layout.log_file())?.with_fsync_warning(config.fsync_warning_threshold_ms);
+    let log_store = LogStore::open(&layout.log_file())?
+        .with_fsync_warning(config.fsync_warning_threshold_ms)
+        .with_force_sync(config.force_sync);
+    if !config.force_sync {
+        tracing::warn!(
+            "forceSync=no: Raft log appends are written but not fsynced; an acknowledged write \
+             survives a crash of this process, not of the machine or its power"
+        );
+    }
     let log_store = if standalone { log_store } else { log_store.with_vote_budget(vote_window) };
     // An ensemble member's own entries always go to the log's writer thread; a standalone
     // server's only while its workers are spread for many clients (see `LogStore::with_writer`).

@@ -507,6 +507,14 @@ impl LogStore {
         self
     }
 
+    /// This store with appends fsynced (`sync`, the default) or only written (ZooKeeper's
+    /// `forceSync=no`: they survive a crash of the process, not of the machine). Votes and
+    /// the rest of redb's metadata stay durable either way.
+    pub fn with_force_sync(self, sync: bool) -> LogStore {
+        lock(&self.segments).set_sync(sync);
+        self
+    }
+
     /// This store, warning (at most once a minute) when writing and fsyncing an append takes
     /// longer than `threshold_ms` (ZooKeeper's `fsync.warningthresholdms`; 1 s by default).
     pub fn with_fsync_warning(self, threshold_ms: u64) -> LogStore {

@@ -280,6 +280,8 @@ pub struct SegmentLog {
     preparing: Option<std::thread::JoinHandle<io::Result<()>>>,
     /// A complete spare is in place.
     spare_ready: bool,
+    /// Appends are fsynced before they return (`forceSync`, on unless set to `no`).
+    sync: bool,
 }
 
 impl SegmentLog {
@@ -309,8 +311,15 @@ impl SegmentLog {
         for seq in seqs {
             segments.push(Segment::open(seq, dir.join(segment_name(seq)))?);
         }
-        let mut log =
-            SegmentLog { dir: dir.to_owned(), segment_bytes, segments, purged, preparing: None, spare_ready: false };
+        let mut log = SegmentLog {
+            dir: dir.to_owned(),
+            segment_bytes,
+            segments,
+            purged,
+            preparing: None,
+            spare_ready: false,
+            sync: true,
+        };
         log.settle()?;
         if log.segments.is_empty() {
             log.roll()?;
@@ -432,8 +441,16 @@ impl SegmentLog {
         }
     }
 
+    /// Whether appends are fsynced before they return (ZooKeeper's `forceSync`). Without,
+    /// an append survives a crash of the process (the page cache keeps it, and the next open
+    /// fsyncs what it finds) but not of the machine.
+    pub fn set_sync(&mut self, sync: bool) {
+        self.sync = sync;
+    }
+
     /// Appends `records` (consecutive indexes following the last record, or any start
-    /// once everything is purged) and returns after they are durable.
+    /// once everything is purged) and returns after they are durable (written, without
+    /// [`SegmentLog::set_sync`]).
     pub fn append(&mut self, records: &[(u64, Vec<u8>)]) -> io::Result<()> {
         let Some(&(first, _)) = records.first() else { return Ok(()) };
         self.clear_dirty_tail()?;
@@ -478,8 +495,11 @@ impl SegmentLog {
             buf.extend_from_slice(payload);
             prev = sum;
         }
+        let sync = self.sync;
         let seg = self.segments.last_mut().expect("a segment log always has a segment");
-        if let Err(e) = seg.file.write_all_at(&buf, base).and_then(|()| seg.file.sync_data()) {
+        if let Err(e) =
+            seg.file.write_all_at(&buf, base).and_then(|()| if sync { seg.file.sync_data() } else { Ok(()) })
+        {
             // Best effort: what reached the file must not stay behind as valid records past the
             // end (the caller stops on this error; the next open clears what is left anyway).
             let _ = zero_fill(&seg.file, base, base + buf.len() as u64);
@@ -684,6 +704,19 @@ mod tests {
         assert_eq!(log.read(1, 260).expect("read"), recs(1..260));
         assert_eq!(log.read(100, 103).expect("read"), recs(100..103));
         assert_eq!(log.last_record().expect("last"), Some(rec(259)));
+    }
+
+    /// Without fsync (`forceSync=no`) appends still reach the file: a reopen, as after the
+    /// process was killed, reads them all.
+    #[test]
+    fn appends_without_fsync_survive_the_process() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut log = small_log(dir.path(), 10);
+        log.set_sync(false);
+        log.append(&recs(11..80)).expect("unsynced batch");
+        drop(log);
+        let log = SegmentLog::open_with(dir.path(), None, 4096).expect("reopen");
+        assert_eq!(log.read(1, 80).expect("read"), recs(1..80));
     }
 
     /// A torn append (the record cut short, or garbage after the last record) is where the
