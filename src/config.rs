@@ -217,6 +217,17 @@ pub fn read_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigEr
 pub const DEFAULT_LISTEN_BACKLOG: u32 = 1024;
 
 impl Config {
+    /// The Raft heartbeat interval: `raft.heartbeatMs`, or tickTime / 80 within 10-500 ms
+    /// (25 ms at tickTime 2000).
+    pub fn heartbeat_ms(&self) -> u64 {
+        self.raft_heartbeat_ms.unwrap_or((u64::from(self.tick_time_ms) / 80).clamp(10, 500))
+    }
+
+    /// The election timeout: `raft.electionTimeoutMs`, or three heartbeats.
+    pub fn election_timeout_ms(&self) -> u64 {
+        self.raft_election_timeout_ms.unwrap_or(self.heartbeat_ms() * 3)
+    }
+
     /// The client port's listen backlog: `clientPortListenBacklog` when positive, else
     /// [`DEFAULT_LISTEN_BACKLOG`].
     pub fn listen_backlog(&self) -> u32 {
@@ -366,6 +377,20 @@ impl Config {
                 format!("must not exceed maxSessionTimeout ({})", c.max_session_timeout_ms),
             ));
         }
+        if c.raft_heartbeat_ms == Some(0) {
+            return Err(bad("raft.heartbeatMs", "0", "must be at least 1 (ms)"));
+        }
+        let (heartbeat, election) = (c.heartbeat_ms(), c.election_timeout_ms());
+        if election <= heartbeat {
+            // Name the key that was set (the election timeout when both were).
+            let key = if c.raft_election_timeout_ms.is_some() { "raft.electionTimeoutMs" } else { "raft.heartbeatMs" };
+            let value = if c.raft_election_timeout_ms.is_some() { election } else { heartbeat };
+            return Err(bad(
+                key,
+                &value.to_string(),
+                format!("the election timeout ({election} ms) must exceed the heartbeat interval ({heartbeat} ms)"),
+            ));
+        }
         Ok(c)
     }
 
@@ -431,6 +456,21 @@ mod tests {
         }
         let err = Config::from_properties(&props(&[("fsync.warningthresholdms", "-5")])).unwrap_err().to_string();
         assert!(err.contains("fsync.warningthresholdms"), "{err}");
+    }
+
+    #[test]
+    fn raft_timing_defaults_and_bad_values_name_the_key() {
+        let c = Config::from_properties(&props(&[("tickTime", "2000")])).unwrap();
+        assert_eq!((c.heartbeat_ms(), c.election_timeout_ms()), (25, 75));
+        let c = Config::from_properties(&props(&[("raft.heartbeatMs", "40")])).unwrap();
+        assert_eq!((c.heartbeat_ms(), c.election_timeout_ms()), (40, 120));
+        let err = |p: &[(&str, &str)]| Config::from_properties(&props(p)).unwrap_err().to_string();
+        let e = err(&[("raft.electionTimeoutMs", "5"), ("raft.heartbeatMs", "20")]);
+        assert!(e.contains("raft.electionTimeoutMs") && e.contains("(20 ms)"), "{e}");
+        let e = err(&[("raft.electionTimeoutMs", "25")]);
+        assert!(e.contains("raft.electionTimeoutMs"), "{e}");
+        let e = err(&[("raft.heartbeatMs", "0")]);
+        assert!(e.contains("raft.heartbeatMs"), "{e}");
     }
 
     #[test]

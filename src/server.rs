@@ -81,8 +81,7 @@ pub async fn run(config: Config, placement: Option<Arc<crate::placement::Placeme
     // heartbeats, i.e. 225-300 ms of silence, and only if a majority has lost the leader too
     // (pre-vote), or right after the lease when the leader's process is gone (see `failover`).
     // `raft.heartbeatMs`/`raft.electionTimeoutMs` override.
-    let heartbeat = config.raft_heartbeat_ms.unwrap_or((u64::from(config.tick_time_ms) / 80).clamp(10, 500));
-    let election = config.raft_election_timeout_ms.unwrap_or(heartbeat * 3);
+    let (heartbeat, election) = (config.heartbeat_ms(), config.election_timeout_ms());
     let standalone = config.servers.is_empty();
     // openraft waits `election_timeout_min` for a vote answer, and a voter answers only once
     // the vote is on disk. An ensemble's voters time their campaigns themselves
