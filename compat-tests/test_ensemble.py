@@ -803,12 +803,14 @@ def _votes_saved_slowly(ens) -> int:
 
 @pytest.mark.skipif(not WARDEN, reason="emulates a slow disk under Warden's process")
 def test_slow_disk_ensemble_elects_and_fails_over_with_default_timing(tmp_path, monkeypatch, clients):
-    """Every fsync 100 ms slower (an LD_PRELOAD shim), default timing: a vote's answer is sent
-    once the vote is durable, ~100 ms after the request. The candidate waits for answers for
-    the whole leader lease (149 ms) and nobody starts a new term meanwhile, so the ensemble
+    """Every fsync 80 ms slower (an LD_PRELOAD shim), default timing: a vote's answer is sent
+    once the vote is durable (one fdatasync), ~80 ms after the request, later than the 75 ms
+    a candidate used to wait for it (such an ensemble never elected). The candidate now waits
+    for answers for just under the leader lease (149 ms; 80 ms leaves room for a slow real
+    fsync on a busy test machine) and nobody starts a new term meanwhile, so the ensemble
     elects, takes writes, and elects again after kill -9 of its leader."""
     monkeypatch.setenv("LD_PRELOAD", _slowsync_shim(tmp_path))
-    monkeypatch.setenv("SLOWSYNC_MS", "100")
+    monkeypatch.setenv("SLOWSYNC_MS", "80")
     ens = Ensemble(3, name="slowdisk-default").start(timeout=60)
     try:
         leader = ens.leader()
