@@ -865,6 +865,20 @@ def test_slow_disk_ensemble_warns_then_elects_with_a_longer_election_timeout(tmp
         tuned.close()
 
 
+@pytest.mark.skipif(not WARDEN, reason="raft.* are Warden's own keys")
+def test_an_election_timeout_below_the_heartbeat_stops_start_up_naming_the_key():
+    """raft.electionTimeoutMs not above raft.heartbeatMs: start-up stops with a message naming
+    the key (openraft's own check named fields that appear in no zoo.cfg)."""
+    srv = harness.Server(None, name="raft-timing-bad",
+                         extra_cfg={"raft.heartbeatMs": "20", "raft.electionTimeoutMs": "5"})
+    try:
+        with pytest.raises(harness.ServerStartError) as e:
+            srv.start(timeout=20)
+        assert "raft.electionTimeoutMs" in str(e.value) and "heartbeat" in str(e.value), str(e.value)[-500:]
+    finally:
+        srv.close()
+
+
 def test_leader_sigterm_hands_over_and_clients_keep_sessions(ensemble3, clients):
     """SIGTERM to the leader: it exits cleanly, another member leads, its client moves with session and ephemeral."""
     ens = ensemble3
