@@ -410,6 +410,22 @@ def started(
     return srv
 
 
+def slow_disk(monkeypatch, tmp_path, ms: int) -> None:
+    """Make every fsync/fdatasync of servers started from now on in this test `ms` slower:
+    builds compat-tests/slowsync.c with gcc (skips the test without gcc) and sets LD_PRELOAD
+    and SLOWSYNC_MS through monkeypatch, so they are undone at the test's end."""
+    import pytest  # only the compat tests call this; the harness is also used by bench scripts
+
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is needed to build the slow-disk shim")
+    shim = Path(tmp_path) / "slowsync.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(Path(__file__).with_name("slowsync.c")), "-ldl"], check=True, timeout=60)
+    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    monkeypatch.setenv("SLOWSYNC_MS", str(ms))
+
+
 def wait_until(cond, timeout: float, what: str, interval: float = 0.05):
     """Poll cond() until it returns something truthy (returned); AssertionError after timeout s."""
     deadline = time.monotonic() + timeout

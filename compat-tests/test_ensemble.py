@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import struct
@@ -783,16 +782,6 @@ def test_a_down_member_is_logged_once_not_per_heartbeat(ensemble3, clients):
                "the leader to log the member back")
 
 
-def _slowsync_shim(tmp_path) -> str:
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("gcc is needed to build the slow-disk shim")
-    shim = tmp_path / "slowsync.so"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    os.path.join(os.path.dirname(__file__), "slowsync.c"), "-ldl"], check=True, timeout=60)
-    return str(shim)
-
-
 def _votes_saved_slowly(ens) -> int:
     n = 0
     for m in ens.members:
@@ -809,8 +798,7 @@ def test_slow_disk_ensemble_elects_and_fails_over_with_default_timing(tmp_path, 
     for answers for just under the leader lease (149 ms; 80 ms leaves room for a slow real
     fsync on a busy test machine) and nobody starts a new term meanwhile, so the ensemble
     elects, takes writes, and elects again after kill -9 of its leader."""
-    monkeypatch.setenv("LD_PRELOAD", _slowsync_shim(tmp_path))
-    monkeypatch.setenv("SLOWSYNC_MS", "80")
+    harness.slow_disk(monkeypatch, tmp_path, 80)
     ens = Ensemble(3, name="slowdisk-default").start(timeout=60)
     try:
         leader = ens.leader()
@@ -840,8 +828,7 @@ def test_slow_disk_ensemble_warns_then_elects_with_a_longer_election_timeout(tmp
     """Every fsync 300 ms slower: with the default timing a vote's answer comes later than
     the 149 ms a candidate waits for it, so no election completes, and each member says so
     and names raft.electionTimeoutMs; with that key at 600 the ensemble elects and takes writes."""
-    monkeypatch.setenv("LD_PRELOAD", _slowsync_shim(tmp_path))
-    monkeypatch.setenv("SLOWSYNC_MS", "300")
+    harness.slow_disk(monkeypatch, tmp_path, 300)
     slow = Ensemble(3, name="slowdisk-300")
     try:
         for m in slow.members:

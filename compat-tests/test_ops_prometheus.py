@@ -205,14 +205,7 @@ def test_a_slow_fsync_is_logged_once_and_measured(tmp_path, monkeypatch):
     """Every fsync 100 ms slower (compat-tests/slowsync.c through LD_PRELOAD) and ZooKeeper's
     fsync.warningthresholdms at 50: the server logs one warning naming the key for a burst of
     slow writes (not one per fsync), and warden_raft_fsync_seconds shows them over 0.1 s."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("gcc is needed to build the slow-disk shim")
-    shim = tmp_path / "slowsync.so"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    os.path.join(os.path.dirname(__file__), "slowsync.c"), "-ldl"], check=True, timeout=60)
-    monkeypatch.setenv("LD_PRELOAD", str(shim))
-    monkeypatch.setenv("SLOWSYNC_MS", "100")
+    harness.slow_disk(monkeypatch, tmp_path, 100)
     port = harness.free_port()
     srv = harness.started(None, name="ops-slow-fsync", extra_cfg={
         "fsync.warningthresholdms": "50",

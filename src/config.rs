@@ -383,8 +383,10 @@ impl Config {
         let (heartbeat, election) = (c.heartbeat_ms(), c.election_timeout_ms());
         if election <= heartbeat {
             // Name the key that was set (the election timeout when both were).
-            let key = if c.raft_election_timeout_ms.is_some() { "raft.electionTimeoutMs" } else { "raft.heartbeatMs" };
-            let value = if c.raft_election_timeout_ms.is_some() { election } else { heartbeat };
+            let (key, value) = match c.raft_election_timeout_ms {
+                Some(_) => ("raft.electionTimeoutMs", election),
+                None => ("raft.heartbeatMs", heartbeat),
+            };
             return Err(bad(
                 key,
                 &value.to_string(),

@@ -185,24 +185,44 @@ pub struct LogStore {
 /// ZooKeeper's `fsync.warningthresholdms` default: 1 s.
 pub const DEFAULT_FSYNC_WARNING_MS: u64 = 1000;
 
+/// How often a warning about the disk may be repeated while the condition lasts.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A warning given at most once per [`WARN_EVERY`], counting the occurrences in between.
+#[derive(Default)]
+struct Throttle(Mutex<ThrottleState>);
+
+#[derive(Default)]
+struct ThrottleState {
+    warned: Option<std::time::Instant>,
+    since: u64,
+}
+
+impl Throttle {
+    /// Notes one occurrence. `Some(n)` when the warning is due now, `n` being the occurrences
+    /// since the last one (this one included); `None` when one went out less than a minute ago.
+    fn due(&self) -> Option<u64> {
+        let mut st = lock(&self.0);
+        st.since += 1;
+        if st.warned.is_some_and(|at| at.elapsed() < WARN_EVERY) {
+            return None;
+        }
+        st.warned = Some(std::time::Instant::now());
+        Some(std::mem::take(&mut st.since))
+    }
+}
+
 /// Appends whose write and fsync took longer than a threshold, told to the operator at most
 /// once a minute (ZooKeeper warns at every such fsync, which on a disk that stays slow fills
 /// the log).
 struct SlowAppends {
     threshold_ms: std::sync::atomic::AtomicU64,
-    /// When the last warning went out, and the slow appends since.
-    state: Mutex<SlowState>,
-}
-
-#[derive(Default)]
-struct SlowState {
-    warned: Option<std::time::Instant>,
-    since: u64,
+    throttle: Throttle,
 }
 
 impl SlowAppends {
     fn new(threshold_ms: u64) -> SlowAppends {
-        SlowAppends { threshold_ms: threshold_ms.into(), state: Mutex::new(SlowState::default()) }
+        SlowAppends { threshold_ms: threshold_ms.into(), throttle: Throttle::default() }
     }
 
     /// Notes an append of `entries` (`bytes()` bytes) that took `took`; warns if it was slow
@@ -212,14 +232,7 @@ impl SlowAppends {
         if took < std::time::Duration::from_millis(threshold_ms) {
             return;
         }
-        let mut st = lock(&self.state);
-        st.since += 1;
-        if st.warned.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(60)) {
-            return;
-        }
-        let slow = std::mem::take(&mut st.since);
-        st.warned = Some(std::time::Instant::now());
-        drop(st);
+        let Some(slow) = self.throttle.due() else { return };
         tracing::warn!(
             took_ms = took.as_millis() as u64,
             threshold_ms,
@@ -234,24 +247,19 @@ impl SlowAppends {
 }
 
 /// How long saving a vote may take before the operator is told the disk is too slow for the
-/// election, and when that was last said.
+/// election.
 struct VoteBudget {
     budget: std::time::Duration,
     vote_window_ms: u64,
-    warned: Mutex<Option<std::time::Instant>>,
+    throttle: Throttle,
 }
 
 impl VoteBudget {
     /// Warns (at most once a minute) when saving a vote took `took`, over the budget.
     fn check(&self, took: std::time::Duration) {
-        if took < self.budget {
+        if took < self.budget || self.throttle.due().is_none() {
             return;
         }
-        let mut warned = lock(&self.warned);
-        if warned.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(60)) {
-            return;
-        }
-        *warned = Some(std::time::Instant::now());
         tracing::warn!(
             took_ms = took.as_millis() as u64,
             vote_window_ms = self.vote_window_ms,
@@ -502,7 +510,7 @@ impl LogStore {
         self.vote_budget = Some(Arc::new(VoteBudget {
             budget: std::time::Duration::from_millis(vote_window_ms / 2),
             vote_window_ms,
-            warned: Mutex::new(None),
+            throttle: Throttle::default(),
         }));
         self
     }
@@ -815,17 +823,29 @@ mod tests {
     #[test]
     fn slow_appends_are_told_once_a_minute_and_counted() {
         let slow = SlowAppends::new(50);
+        let state = |s: &SlowAppends| {
+            let st = lock(&s.throttle.0);
+            (st.warned, st.since)
+        };
         slow.check(Duration::from_millis(49), 1, || 10);
-        assert!(lock(&slow.state).warned.is_none(), "under the threshold: nothing to say");
+        assert_eq!(state(&slow), (None, 0), "under the threshold: nothing to say");
         slow.check(Duration::from_millis(50), 1, || 10);
-        let first = lock(&slow.state).warned;
+        let (first, since) = state(&slow);
         assert!(first.is_some());
-        assert_eq!(lock(&slow.state).since, 0, "the warning reported the slow append");
+        assert_eq!(since, 0, "the warning reported the slow append");
         slow.check(Duration::from_millis(900), 3, || 30);
         slow.check(Duration::from_millis(70), 3, || 30);
-        let st = lock(&slow.state);
-        assert_eq!(st.warned, first, "no second warning within the minute");
-        assert_eq!(st.since, 2, "the next warning counts the slow appends in between");
+        assert_eq!(state(&slow), (first, 2), "no second warning within the minute; the next counts these");
+    }
+
+    #[test]
+    fn a_throttle_reports_what_it_held_back() {
+        let t = Throttle::default();
+        assert_eq!(t.due(), Some(1));
+        assert_eq!(t.due(), None);
+        assert_eq!(t.due(), None);
+        lock(&t.0).warned = Some(std::time::Instant::now() - WARN_EVERY);
+        assert_eq!(t.due(), Some(3), "the two held back and this one");
     }
 
     #[test]
@@ -834,6 +854,6 @@ mod tests {
         let shared = slow.clone();
         slow.threshold_ms.store(5, std::sync::atomic::Ordering::Relaxed);
         shared.check(Duration::from_millis(6), 1, || 1);
-        assert!(lock(&slow.state).warned.is_some());
+        assert!(lock(&slow.throttle.0).warned.is_some());
     }
 }
