@@ -34,8 +34,9 @@ pub struct WaitingReads {
     /// Those that may not have read yet: what each looks at, and whether it has read.
     pending: VecDeque<(Scope, Arc<AtomicBool>)>,
     /// How many have read. Notifies only while a write waits (as the parent module's
-    /// `Written` does, for the same cost).
-    read: Arc<watch::Sender<u64>>,
+    /// `Written` does, for the same cost). Made at the first registration: most connections
+    /// never have a read wait, and a watch channel is ~350 bytes of each one's memory.
+    read: Option<Arc<watch::Sender<u64>>>,
 }
 
 /// A registered read's promise to report once it has read.
@@ -57,7 +58,7 @@ impl Ticket {
 
 impl WaitingReads {
     pub fn new() -> WaitingReads {
-        WaitingReads { registered: 0, pending: VecDeque::new(), read: Arc::new(watch::channel(0).0) }
+        WaitingReads { registered: 0, pending: VecDeque::new(), read: None }
     }
 
     fn forget_ran(&mut self) {
@@ -72,7 +73,8 @@ impl WaitingReads {
         self.registered += 1;
         let ran = Arc::new(AtomicBool::new(false));
         self.pending.push_back((scope, ran.clone()));
-        Ticket { ran, read: self.read.clone() }
+        let read = self.read.get_or_insert_with(|| Arc::new(watch::channel(0).0)).clone();
+        Ticket { ran, read }
     }
 
     /// For a write sent now: `None` if it may be proposed at once, or else a future that
@@ -80,11 +82,10 @@ impl WaitingReads {
     pub fn hold(&mut self, op: &TxnOp) -> Option<impl Future<Output = ()> + Send + 'static> {
         self.forget_ran();
         let conflict = self.pending.iter().any(|(scope, ran)| !ran.load(Ordering::Acquire) && may_change(op, *scope));
-        if !conflict {
-            return None;
-        }
+        // A pending read was registered, so the channel exists.
+        let read = self.read.as_ref().filter(|_| conflict)?;
         let before = self.registered;
-        let mut read = self.read.subscribe();
+        let mut read = read.subscribe();
         Some(async move {
             let _ = read.wait_for(|n| *n >= before).await;
         })

@@ -225,7 +225,61 @@ impl Node {
 pub struct SessionEntry {
     pub timeout_ms: i32,
     pub passwd: Bytes,
-    pub ephemerals: OrdSet<String>,
+    pub ephemerals: Ephemerals,
+}
+
+/// A session's ephemeral paths. Most sessions own none, and an empty imbl set is not free: it
+/// holds a B-tree node of about 2.6 KiB, a fifth of an idle session's memory (heaptrack, 10,000
+/// sessions). So the set exists only while it holds a path. It is serialized exactly as the
+/// set (a sequence of paths), so snapshots are unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ephemerals(Option<OrdSet<String>>);
+
+impl Ephemerals {
+    /// The paths, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().flat_map(OrdSet::iter)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, OrdSet::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn insert(&mut self, path: String) {
+        self.0.get_or_insert_with(OrdSet::new).insert(path);
+    }
+
+    fn remove(&mut self, path: &str) {
+        if let Some(set) = &mut self.0 {
+            set.remove(path);
+            if set.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+}
+
+impl Serialize for Ephemerals {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        // With its length first, as postcard needs (the chained iterator gives no exact hint).
+        let mut seq = ser.serialize_seq(Some(self.len()))?;
+        for path in self.iter() {
+            seq.serialize_element(path)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Ephemerals {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let set = OrdSet::<String>::deserialize(de)?;
+        Ok(Ephemerals((!set.is_empty()).then_some(set)))
+    }
 }
 
 /// A change that watches fire on: the event type, the path it is reported for, and the ACL
@@ -528,7 +582,7 @@ impl DataTree {
             TxnOp::CreateSession { session_id, timeout_ms, passwd } => {
                 self.sessions.insert(
                     *session_id,
-                    SessionEntry { timeout_ms: *timeout_ms, passwd: passwd.clone(), ephemerals: OrdSet::new() },
+                    SessionEntry { timeout_ms: *timeout_ms, passwd: passwd.clone(), ephemerals: Ephemerals::default() },
                 );
                 Ok(TxnOutput::SessionCreated)
             }

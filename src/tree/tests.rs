@@ -75,6 +75,27 @@ fn session_close_removes_ephemerals() {
     assert_eq!(t.exists("/e"), Err(TreeError::NoNode));
 }
 
+/// A session's ephemerals set exists only while it holds a path, and is encoded as the plain
+/// set always was, so snapshots written before still load and new ones read the same.
+#[test]
+fn ephemerals_are_kept_only_while_there_are_some_and_encode_as_a_set() {
+    let mut e = Ephemerals::default();
+    assert!(e.is_empty() && e.0.is_none());
+    e.insert("/b".into());
+    e.insert("/a".into());
+    assert_eq!(e.iter().collect::<Vec<_>>(), ["/a", "/b"]);
+    let set: OrdSet<String> = ["/a".to_string(), "/b".to_string()].into_iter().collect();
+    assert_eq!(postcard::to_stdvec(&e).unwrap(), postcard::to_stdvec(&set).unwrap());
+    let back: Ephemerals = postcard::from_bytes(&postcard::to_stdvec(&set).unwrap()).unwrap();
+    assert_eq!(back, e);
+    e.remove("/a");
+    e.remove("/b");
+    assert!(e.0.is_none(), "the last path gone, the set goes");
+    assert_eq!(postcard::to_stdvec(&e).unwrap(), postcard::to_stdvec(&OrdSet::<String>::new()).unwrap());
+    let none: Ephemerals = postcard::from_bytes(&postcard::to_stdvec(&OrdSet::<String>::new()).unwrap()).unwrap();
+    assert!(none.0.is_none(), "an empty set read back takes no node");
+}
+
 fn session(id: i64) -> TxnOp {
     TxnOp::CreateSession { session_id: id, timeout_ms: 4000, passwd: Bytes::from_static(&[0; 16]) }
 }

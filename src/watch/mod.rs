@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use futures::channel::mpsc::UnboundedSender;
 use jute::EventType;
 use jute::KeeperState;
 use jute::WatcherEvent;
-use tokio::sync::mpsc::UnboundedSender;
 
 use crate::raft::state_machine::ApplyHook;
 use crate::tree::acl;
@@ -130,7 +130,7 @@ impl Inner {
     fn send(&self, sessions: &[i64], zxid: i64, event: EventType, path: &str) {
         for s in sessions {
             if let Some(tx) = self.senders.get(s) {
-                let _ = tx.send(Event {
+                let _ = tx.unbounded_send(Event {
                     zxid,
                     event: WatcherEvent {
                         event_type: event.code(),
@@ -170,7 +170,7 @@ impl WatchManager {
     /// Drops every watch of `session` (its connection closed), if `tx` is still its sender.
     pub fn disconnect(&self, session: i64, tx: &UnboundedSender<Event>) {
         let mut inner = self.lock();
-        if inner.senders.get(&session).is_some_and(|t| t.same_channel(tx)) {
+        if inner.senders.get(&session).is_some_and(|t| t.same_receiver(tx)) {
             inner.senders.remove(&session);
             inner.auth.remove(&session);
             let mut removed_recursive = 0;
