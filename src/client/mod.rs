@@ -70,6 +70,15 @@ struct Written {
     zxid: i64,
 }
 
+/// A connection's [`Written`] channel, made at its first use: an idle connection never needs
+/// one, and a watch channel is ~350 bytes of its memory. Made later, it starts from nothing
+/// written, which is right: every write of the connection updates it.
+fn written_tx(
+    slot: &mut Option<Arc<tokio::sync::watch::Sender<Written>>>,
+) -> &Arc<tokio::sync::watch::Sender<Written>> {
+    slot.get_or_insert_with(|| Arc::new(tokio::sync::watch::channel(Written::default()).0))
+}
+
 /// How long shutdown waits for connections to finish their in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -202,8 +211,10 @@ fn notification(e: Event) -> ServerMessage {
 
 /// A connection's first read buffer. Both buffers grow as a connection's traffic needs;
 /// tokio-util's 8 KiB each made an idle session cost 19.3 KiB of RSS, these 13.6 KiB
-/// (10,000 sessions of `warden-bench --workload sessions`). A read buffer of 512 bytes cost
-/// 16×8 gets 7-10%: the decoded frames share the buffer, so a small one is replaced often.
+/// (10,000 sessions of `warden-bench --workload sessions`; 7.2 KiB since the task, the event
+/// channel and the session's ephemerals set were trimmed, of which this buffer is now the
+/// largest part). A read buffer of 512 bytes cost 16×8 gets 7-10%: the decoded frames share
+/// the buffer, so a small one is replaced often.
 const READ_BUFFER: usize = 2048;
 /// A connection's first write buffer (see [`READ_BUFFER`]).
 const WRITE_BUFFER: usize = 512;
@@ -391,8 +402,8 @@ async fn serve(
     // under many small requests).
     let mut control = Box::pin(control(stop.clone(), d.serving.clone(), true));
     let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
-    let (done_tx, _) = tokio::sync::watch::channel(Written::default());
-    let done_tx = Arc::new(done_tx);
+    // Made at first use (see `written_tx`).
+    let mut done_tx: Option<Arc<tokio::sync::watch::Sender<Written>>> = None;
     let mut submitted = 0u64;
     // Reads that wait for earlier writes, for the writes after them (see `order`).
     let mut waiting_reads = order::WaitingReads::new();
@@ -558,7 +569,7 @@ async fn serve(
                     }
                     Prepped::Read => {
                         watching |= Dispatcher::may_watch(&request);
-                        let written = *done_tx.borrow();
+                        let written = done_tx.as_ref().map_or_else(Written::default, |t| *t.borrow());
                         let now = if written.count >= submitted {
                             d.read_applied(&caller, &request, written.zxid)
                         } else {
@@ -568,7 +579,7 @@ async fn serve(
                             jobs.push_back(ready(xid, reply, false, (op, short), started));
                         } else {
                             let target = submitted;
-                            let mut rx = done_tx.subscribe();
+                            let mut rx = written_tx(&mut done_tx).subscribe();
                             let d2 = d.clone();
                             let c2 = caller.clone();
                             let ticket = waiting_reads.register(order::read_scope(&request));
@@ -585,7 +596,7 @@ async fn serve(
                     }
                     Prepped::Sync => {
                         let target = submitted;
-                        let mut rx = done_tx.subscribe();
+                        let mut rx = written_tx(&mut done_tx).subscribe();
                         let d2 = d.clone();
                         let c2 = caller.clone();
                         let ticket = waiting_reads.register(order::Scope::All);
@@ -614,7 +625,7 @@ async fn serve(
                         }
                         let committed_is_enough = !watching && !close;
                         let d2 = d.clone();
-                        let done = done_tx.clone();
+                        let done = written_tx(&mut done_tx).clone();
                         // Proposed after the session's earlier reads still waiting, if it may
                         // change what one of them looks at (see `order`).
                         let hold = waiting_reads.hold(&txn.op);
