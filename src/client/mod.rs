@@ -211,9 +211,9 @@ fn notification(e: Event) -> ServerMessage {
 
 /// A connection's first read buffer. Both buffers grow as a connection's traffic needs;
 /// tokio-util's 8 KiB each made an idle session cost 19.3 KiB of RSS, these 13.6 KiB
-/// (10,000 sessions of `warden-bench --workload sessions`; 7.2 KiB since the task, the event
-/// channel and the session's ephemerals set were trimmed, of which this buffer is now the
-/// largest part). A read buffer of 512 bytes cost 16×8 gets 7-10%: the decoded frames share
+/// (10,000 sessions of `warden-bench --workload sessions`; 6.9 KiB since the task, the event
+/// channel, two watch channels and the session's ephemerals set were trimmed, of which this
+/// buffer is now the largest part). A read buffer of 512 bytes cost 16×8 gets 7-10%: the decoded frames share
 /// the buffer, so a small one is replaced often.
 const READ_BUFFER: usize = 2048;
 /// A connection's first write buffer (see [`READ_BUFFER`]).
@@ -366,7 +366,7 @@ async fn serve(
 
     // The handshake runs boxed: its futures (a session's creation goes through the log) are
     // larger than the request loop's, and would otherwise size every connection's task for
-    // its whole life (2.7 KiB, not 1 KiB, per idle connection).
+    // its whole life (`serve`'s future: 2,704 bytes before, 1,568 with the handshake boxed).
     let Some(Session { id: session_id, passwd, timeout, mut watching, ip, read_only }) =
         Box::pin(handshake(&mut reader, &mut writer, &d, peer, cs)).await
     else {
