@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test Warden has, installing what it needs on a fresh Debian machine:
 #  1. unit, property and golden-frame tests (cargo test --workspace),
-#  2. clippy and rustfmt checks, and that only src/alloc.rs allows unsafe code,
+#  2. clippy and rustfmt checks, and that only src/runtime/alloc.rs allows unsafe code,
 #  3. the black-box compat suite: zkCli, kazoo, Curator, the C client and a differential
 #     run against Apache ZooKeeper 3.8, all against a real Warden process (compat-tests/).
 set -euo pipefail
@@ -11,10 +11,10 @@ cargo build --workspace --all-targets
 cargo test --workspace
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-# The lint is `deny`, not `forbid`, so that the global allocator (src/alloc.rs) may allow it;
+# The lint is `deny`, not `forbid`, so that the global allocator (src/runtime/alloc.rs) may allow it;
 # no other file may.
-if grep -rln 'allow(unsafe_code)' --include='*.rs' src jute/src benches examples | grep -vx 'src/alloc.rs'; then
-    echo "run-tests.sh: unsafe code allowed outside src/alloc.rs" >&2
+if grep -rln 'allow(unsafe_code)' --include='*.rs' src jute/src benches examples bench/warden-bench/src | grep -vx 'src/runtime/alloc.rs'; then
+    echo "run-tests.sh: unsafe code allowed outside src/runtime/alloc.rs" >&2
     exit 1
 fi
 WARDEN_BIN="$PWD/target/debug/warden" bash compat-tests/run.sh

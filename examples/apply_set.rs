@@ -5,13 +5,13 @@
 
 use bytes::Bytes;
 use warden::tree::acl::AclEntry;
+use warden::tree::txn::CreateOp;
+use warden::tree::txn::Txn;
+use warden::tree::txn::TxnOp;
 use warden::tree::DataTree;
-use warden::txn::CreateOp;
-use warden::txn::Txn;
-use warden::txn::TxnOp;
 
 #[global_allocator]
-static GLOBAL: warden::alloc::Mimalloc = warden::alloc::Mimalloc;
+static GLOBAL: warden::runtime::alloc::Mimalloc = warden::runtime::alloc::Mimalloc;
 
 fn txn(op: TxnOp) -> Txn {
     Txn { session_id: 0, time_ms: 1, auth: Default::default(), op }

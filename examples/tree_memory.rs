@@ -6,14 +6,14 @@
 
 use bytes::Bytes;
 use warden::tree::acl::AclEntry;
+use warden::tree::txn::CreateOp;
+use warden::tree::txn::Txn;
+use warden::tree::txn::TxnOp;
 use warden::tree::DataTree;
-use warden::txn::CreateOp;
-use warden::txn::Txn;
-use warden::txn::TxnOp;
 
 // The server's allocator, so the size classes are the server's.
 #[global_allocator]
-static GLOBAL: warden::alloc::Mimalloc = warden::alloc::Mimalloc;
+static GLOBAL: warden::runtime::alloc::Mimalloc = warden::runtime::alloc::Mimalloc;
 
 fn rss_anon_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")

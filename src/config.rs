@@ -11,6 +11,22 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::path::PathBuf;
 
+/// ZooKeeper's `fsync.warningthresholdms` default: 1 s.
+pub const DEFAULT_FSYNC_WARNING_MS: u64 = 1000;
+
+/// `runtime.spreadWorkers` (Warden's own key): where the runtime's worker threads run (see
+/// `crate::runtime::workers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpreadWorkers {
+    /// Spread while several clients send at once, free otherwise, and on a standalone
+    /// server all workers but one held while a lone client writes (the default).
+    Auto,
+    /// Always one worker to a CPU.
+    Always,
+    /// Never pinned: the kernel places the workers.
+    Never,
+}
+
 /// A configuration error: which key, which value, why.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -122,14 +138,33 @@ pub struct Config {
     /// `raft.electionTimeoutMs` (Warden's own key); default 3 heartbeats.
     pub raft_election_timeout_ms: Option<u64>,
     /// `runtime.spreadWorkers` (Warden's own key): `auto` (default), `true` or `false`; see
-    /// [`crate::placement`].
-    pub spread_workers: crate::placement::Mode,
+    /// `crate::runtime::workers`.
+    pub spread_workers: SpreadWorkers,
     /// `fsync.warningthresholdms`: a Raft log append whose write and fsync take longer is
     /// logged (at most once a minute). ZooKeeper's key and default, 1000.
     pub fsync_warning_threshold_ms: u64,
     /// `forceSync`: Raft log appends are fsynced before a write is acknowledged. As in
     /// ZooKeeper, only the value `no` turns it off.
     pub force_sync: bool,
+}
+
+impl Config {
+    /// Applies the command line's overrides: `--data-dir` (and `dataLogDir` with it, unless
+    /// zoo.cfg set that apart), `--client-port`, `--client-port-address`.
+    pub fn override_with(&mut self, data_dir: Option<PathBuf>, client_port: Option<u16>, address: Option<IpAddr>) {
+        if let Some(d) = data_dir {
+            if self.data_log_dir == self.data_dir {
+                self.data_log_dir = d.clone();
+            }
+            self.data_dir = d;
+        }
+        if let Some(p) = client_port {
+            self.client_port = p;
+        }
+        if let Some(a) = address {
+            self.client_port_address = a;
+        }
+    }
 }
 
 impl Default for Config {
@@ -166,8 +201,8 @@ impl Default for Config {
             sync_limit: 5,
             raft_heartbeat_ms: None,
             raft_election_timeout_ms: None,
-            spread_workers: crate::placement::Mode::Auto,
-            fsync_warning_threshold_ms: crate::raft::log_store::DEFAULT_FSYNC_WARNING_MS,
+            spread_workers: SpreadWorkers::Auto,
+            fsync_warning_threshold_ms: DEFAULT_FSYNC_WARNING_MS,
             force_sync: true,
         }
     }
@@ -316,13 +351,13 @@ impl Config {
                 }
                 "runtime.spreadWorkers" => {
                     c.spread_workers = if value.trim().eq_ignore_ascii_case("auto") {
-                        crate::placement::Mode::Auto
+                        SpreadWorkers::Auto
                     } else if parse_bool(raw_key, value)
                         .map_err(|_| bad(raw_key, value, "expected auto, true or false"))?
                     {
-                        crate::placement::Mode::Always
+                        SpreadWorkers::Always
                     } else {
-                        crate::placement::Mode::Never
+                        SpreadWorkers::Never
                     };
                 }
                 k if k.starts_with("server.") => {
@@ -493,7 +528,7 @@ mod tests {
 
     #[test]
     fn spread_workers() {
-        use crate::placement::Mode;
+        use super::SpreadWorkers as Mode;
         let mode = |v: &str| Config::from_properties(&props(&[("runtime.spreadWorkers", v)])).map(|c| c.spread_workers);
         assert_eq!(Config::default().spread_workers, Mode::Auto);
         assert_eq!(mode("auto").unwrap(), Mode::Auto);

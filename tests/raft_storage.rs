@@ -2,7 +2,6 @@
 //! (`openraft::testing::Suite`): log state, vote, append/truncate/purge, membership, snapshots.
 
 use std::sync::Arc;
-use std::sync::RwLock;
 
 use openraft::testing::log::StoreBuilder;
 use openraft::testing::log::Suite;
@@ -13,7 +12,6 @@ use warden::raft::state_machine::SharedTree;
 use warden::raft::state_machine::StateMachine;
 use warden::raft::TypeConfig;
 use warden::tree::Change;
-use warden::tree::DataTree;
 
 struct NoHook;
 
@@ -27,10 +25,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = LogStore::open(&dir.path().join("raft-log.redb")).expect("open log");
-        let (applied, _) = tokio::sync::watch::channel(0);
-        let shared =
-            Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied, snapshot_zxid: Default::default() });
-        let sm = StateMachine::open(&dir.path().join("snapshots"), shared, Arc::new(NoHook)).expect("open sm");
+        let shared = Arc::new(SharedTree::new());
+        let waiters = Arc::new(warden::raft::wait::Waiters::default());
+        let sm = StateMachine::open(&dir.path().join("snapshots"), shared, Arc::new(NoHook), waiters).expect("open sm");
         Ok((dir, log, sm))
     }
 }

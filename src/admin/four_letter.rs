@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use openraft::async_runtime::WatchReceiver;
-
-use crate::dispatch::Dispatcher;
+use super::View;
 use crate::tree::DataTree;
 
 /// The Warden version as `srvr`/`stat`/`mntr` print it (ZooKeeper-style, so version parsers
@@ -54,21 +52,17 @@ pub const WORDS: &[(&str, &str)] = &[
     ("hash", "hash"),
 ];
 
-/// ZooKeeper's default trace mask (`ZooTrace`), which `gtmk` reports until `stmk` sets another.
-pub const DEFAULT_TRACE_MASK: i64 = 306;
-
 /// How long a connection without a session may stay idle (`NIOServerCnxnFactory`'s
 /// `zookeeper.nio.sessionlessCnxnTimeout`); also the bucket width of its connection expiry
 /// queue, which `dump` prints.
 const SESSIONLESS_CNXN_TIMEOUT_MS: i64 = 10_000;
 
 /// The server's mode as `srvr` and `mntr` report it.
-pub fn mode(d: &Dispatcher) -> &'static str {
+pub fn mode(d: &View) -> &'static str {
     if d.config.servers.is_empty() {
         return "standalone";
     }
-    let m = d.raft.metrics().borrow_watched().clone();
-    if m.current_leader == Some(d.config.server_id) {
+    if d.raft.is_leader() {
         "leader"
     } else if d.config.servers.get(&d.config.server_id).is_some_and(|s| s.observer) {
         "observer"
@@ -91,11 +85,11 @@ pub fn dir_size(path: &std::path::Path) -> u64 {
 }
 
 /// ZooKeeper counts the root twice in `Node count` (it is stored under "" and "/").
-fn node_count(d: &Dispatcher) -> usize {
-    d.shared.read().node_count() + 1
+fn node_count(d: &View) -> usize {
+    d.tree.read().node_count() + 1
 }
 
-fn server_stats(d: &Dispatcher, with_clients: bool) -> String {
+fn server_stats(d: &View, with_clients: bool) -> String {
     let mut s = format!("Zookeeper version: {}\n", full_version());
     if with_clients {
         s.push_str("Clients:\n");
@@ -121,7 +115,7 @@ fn server_stats(d: &Dispatcher, with_clients: bool) -> String {
         d.stats.sent.load(Ordering::Relaxed),
         d.stats.connection_count(),
         d.stats.outstanding(),
-        d.last_zxid(),
+        d.tree.read().last_zxid(),
         mode(d),
         node_count(d),
     );
@@ -129,13 +123,13 @@ fn server_stats(d: &Dispatcher, with_clients: bool) -> String {
 }
 
 /// `mntr` as key/value pairs, in ZooKeeper's order where ZooKeeper has the key.
-pub fn monitor(d: &Dispatcher) -> Vec<(String, String)> {
+pub fn monitor(d: &View) -> Vec<(String, String)> {
     let (min, avg, max) = d.stats.latency.get();
     let (znodes, ephemerals, data_size, sessions) = {
-        let tree = d.shared.read();
+        let tree = d.tree.read();
         (tree.node_count() + 1, tree.ephemeral_count(), tree.data_size(), tree.sessions().count())
     };
-    let m = d.raft.metrics().borrow_watched().clone();
+    let m = d.raft.status();
     let mut v: Vec<(String, String)> = vec![
         ("zk_version".into(), full_version()),
         ("zk_server_state".into(), mode(d).into()),
@@ -163,11 +157,11 @@ pub fn monitor(d: &Dispatcher) -> Vec<(String, String)> {
         ("zk_non_mtls_remote_conn_count".into(), "0".into()),
         ("zk_non_mtls_local_conn_count".into(), "0".into()),
         ("zk_uptime".into(), d.stats.started.elapsed().as_millis().to_string()),
-        ("zk_quorum_size".into(), m.membership_config.membership().voter_ids().count().to_string()),
-        ("zk_raft_term".into(), m.current_term.to_string()),
-        ("zk_raft_leader_id".into(), m.current_leader.map_or(-1, |l| l as i64).to_string()),
-        ("zk_raft_last_log_index".into(), m.last_log_index.unwrap_or(0).to_string()),
-        ("zk_raft_applied_index".into(), m.last_applied.map_or(0, |l| l.index).to_string()),
+        ("zk_quorum_size".into(), m.voters.len().to_string()),
+        ("zk_raft_term".into(), m.term.to_string()),
+        ("zk_raft_leader_id".into(), m.leader.map_or(-1, |l| l as i64).to_string()),
+        ("zk_raft_last_log_index".into(), m.last_log_index.to_string()),
+        ("zk_raft_applied_index".into(), m.applied_index.to_string()),
     ];
     v.retain(|(_, val)| !val.is_empty());
     v
@@ -190,12 +184,12 @@ fn max_fds() -> u64 {
 
 /// Where this server's snapshots and log live (`<dataDir>/version-2`, `<dataLogDir>/version-2`),
 /// which `conf` reports as dataDir/dataLogDir and `dirs` measures, as ZooKeeper does.
-pub fn storage(d: &Dispatcher) -> crate::raft::layout::DataLayout {
-    crate::raft::layout::DataLayout::new(&d.config.data_dir, &d.config.data_log_dir)
+pub fn storage(d: &View) -> &crate::raft::layout::DataLayout {
+    &d.layout
 }
 
 /// `conf` as key/value pairs.
-pub fn configuration(d: &Dispatcher) -> Vec<(String, String)> {
+pub fn configuration(d: &View) -> Vec<(String, String)> {
     let c = &d.config;
     let dirs = storage(d);
     vec![
@@ -271,7 +265,7 @@ fn round_to_next_interval(time: i64, interval: i64) -> i64 {
 /// Every session by the wall-clock time (ms) it expires unless heard from again, bucketed by
 /// tick as ZooKeeper's session `ExpiryQueue` is. Sessions this server has not heard from yet
 /// get a whole timeout from now, as [`crate::session::SessionTracker`] gives them.
-pub fn session_expiry(d: &Dispatcher, tree: &DataTree, now_ms: i64) -> BTreeMap<i64, Vec<i64>> {
+pub fn session_expiry(d: &View, tree: &DataTree, now_ms: i64) -> BTreeMap<i64, Vec<i64>> {
     let heard = d.sessions.last_heard_ms();
     let tick = i64::from(d.config.tick_time_ms);
     let mut buckets: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
@@ -300,12 +294,12 @@ fn dump_expiry_queue(s: &mut String, buckets: &BTreeMap<i64, Vec<String>>) {
 /// and the leader (`SessionTrackerImpl.dumpSessions`) list sessions by expiry bucket; a
 /// follower or observer (`LearnerSessionTracker.dumpSessions`) lists `Global Sessions(N):`
 /// with each session's timeout, as it does not expire sessions itself.
-pub fn dump(d: &Dispatcher) -> String {
+pub fn dump(d: &View) -> String {
     let now = now_ms();
     let role = mode(d);
     let mut s = String::from("SessionTracker dump:\n");
     {
-        let tree = d.shared.read();
+        let tree = d.tree.read();
         if matches!(role, "follower" | "observer") {
             let _ = writeln!(s, "Global Sessions({}):", tree.sessions().count());
             for (id, e) in tree.sessions() {
@@ -378,7 +372,7 @@ pub fn java_date(ms: i64) -> String {
 }
 
 /// Runs a four-letter word and returns ZooKeeper's text for it. `arg` is `stmk`'s argument.
-pub fn run(d: &Dispatcher, word: &[u8; 4], arg: Option<[u8; 8]>) -> String {
+pub fn run(d: &View, word: &[u8; 4], arg: Option<[u8; 8]>) -> String {
     if word == b"\xff\xf4\xff\xfd" {
         return String::new();
     }
@@ -463,7 +457,7 @@ pub fn run(d: &Dispatcher, word: &[u8; 4], arg: Option<[u8; 8]>) -> String {
             d.stats.trace_mask.load(Ordering::Relaxed).to_string()
         }
         // DigestCommand: one `<zxid hex>: <digest>` line per history entry, oldest first.
-        b"hash" => d.shared.read().digest_log().map(|h| format!("{:x}: {}\n", h.zxid, h.digest)).collect(),
+        b"hash" => d.tree.read().digest_log().map(|h| format!("{:x}: {}\n", h.zxid, h.digest)).collect(),
         _ => format!("{w} is not supported by this server.\n"),
     }
 }

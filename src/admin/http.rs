@@ -26,13 +26,13 @@ use serde_json::json;
 use serde_json::Map;
 use serde_json::Value;
 
+use super::View;
 use crate::admin::four_letter;
-use crate::dispatch::Dispatcher;
 
 /// The JSON for one admin command (by ZooKeeper command name or four-letter alias), shaped as
 /// ZooKeeper 3.8's AdminServer answers it. `kwargs` are the query parameters (ZooKeeper's
 /// `CommandServlet` passes them to the command: `set_trace_mask?traceMask=N`).
-pub fn command_json(d: &Dispatcher, name: &str, kwargs: &HashMap<String, String>) -> Option<Value> {
+pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> Option<Value> {
     let canonical =
         four_letter::WORDS.iter().find(|(w, c)| *w == name || *c == name).map(|(_, c)| *c).or(match name {
             "config" => Some("configuration"),
@@ -75,7 +75,7 @@ pub fn command_json(d: &Dispatcher, name: &str, kwargs: &HashMap<String, String>
                     "server_state": four_letter::mode(d),
                     "outstanding_requests": d.stats.outstanding(),
                     "num_alive_client_connections": d.stats.connection_count(),
-                    "last_processed_zxid": d.last_zxid(),
+                    "last_processed_zxid": d.tree.read().last_zxid(),
                     "min_latency": min,
                     "max_latency": max,
                     "avg_latency": avg,
@@ -93,7 +93,7 @@ pub fn command_json(d: &Dispatcher, name: &str, kwargs: &HashMap<String, String>
                     "max_buffer_size": d.stats.response_size.max(),
                 }),
             );
-            m.insert("node_count".into(), json!(d.shared.read().node_count() + 1));
+            m.insert("node_count".into(), json!(d.tree.read().node_count() + 1));
             if canonical == "stats" {
                 m.insert("connections".into(), connections(d));
                 m.insert("secure_connections".into(), json!([]));
@@ -128,7 +128,7 @@ pub fn command_json(d: &Dispatcher, name: &str, kwargs: &HashMap<String, String>
             // clock; Warden by wall-clock ms) and each session's ephemerals.
             let now =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_millis() as i64);
-            let tree = d.shared.read();
+            let tree = d.tree.read();
             let expiry: Map<String, Value> = four_letter::session_expiry(d, &tree, now)
                 .into_iter()
                 .map(|(at, ids)| (at.to_string(), json!(ids)))
@@ -171,7 +171,7 @@ pub fn command_json(d: &Dispatcher, name: &str, kwargs: &HashMap<String, String>
         "hash" => {
             // Commands.DigestCommand: the digest history, oldest first.
             let digests: Vec<Value> = d
-                .shared
+                .tree
                 .read()
                 .digest_log()
                 .map(|h| {
@@ -211,7 +211,7 @@ fn snake(camel: &str) -> String {
     out
 }
 
-fn connections(d: &Dispatcher) -> Value {
+fn connections(d: &View) -> Value {
     Value::Array(
         d.stats
             .connections()
@@ -247,7 +247,7 @@ async fn commands() -> Json<Value> {
 }
 
 async fn command(
-    State(d): State<Dispatcher>,
+    State(d): State<View>,
     Path(name): Path<String>,
     Query(kwargs): Query<HashMap<String, String>>,
 ) -> Response {
@@ -259,11 +259,11 @@ async fn command(
 }
 
 /// Everything `GET /sessions` reports, one session.
-pub fn sessions_json(d: &Dispatcher) -> Value {
+pub fn sessions_json(d: &View) -> Value {
     let heard = d.sessions.last_heard_ms();
     let addresses: std::collections::HashMap<i64, String> =
         d.stats.connections().iter().map(|c| (c.session_id.load(Ordering::Relaxed), c.peer.to_string())).collect();
-    let tree = d.shared.read();
+    let tree = d.tree.read();
     let mut list: Vec<Value> = tree
         .sessions()
         .map(|(id, s)| {
@@ -281,7 +281,7 @@ pub fn sessions_json(d: &Dispatcher) -> Value {
     Value::Array(list)
 }
 
-async fn sessions(State(d): State<Dispatcher>) -> Json<Value> {
+async fn sessions(State(d): State<View>) -> Json<Value> {
     Json(sessions_json(&d))
 }
 
@@ -292,7 +292,7 @@ fn parse_session_id(s: &str) -> Option<i64> {
     }
 }
 
-async fn kill(State(d): State<Dispatcher>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+async fn kill(State(d): State<View>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     if let Some(token) = &d.config.admin_token {
         let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         if given != Some(token.as_str()) {
@@ -303,7 +303,7 @@ async fn kill(State(d): State<Dispatcher>, headers: HeaderMap, Path(id): Path<St
     let Some(session_id) = parse_session_id(&id) else {
         return (StatusCode::BAD_REQUEST, Json(json!({ "error": format!("bad session id {id:?}") }))).into_response();
     };
-    match d.kill_session(session_id).await {
+    match d.dispatcher.kill_session(session_id).await {
         Ok(true) => Json(json!({ "killed": format!("{session_id:#x}") })).into_response(),
         Ok(false) => {
             (StatusCode::NOT_FOUND, Json(json!({ "error": format!("no session {session_id:#x}") }))).into_response()
@@ -313,7 +313,7 @@ async fn kill(State(d): State<Dispatcher>, headers: HeaderMap, Path(id): Path<St
 }
 
 /// Serves the admin endpoints until `stop` fires.
-pub async fn serve(addr: SocketAddr, d: Dispatcher, stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn serve(addr: SocketAddr, d: View, stop: tokio::sync::watch::Receiver<bool>) {
     let app = Router::new()
         .route("/commands", get(commands))
         .route("/commands/{name}", get(command))

@@ -9,9 +9,8 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use metrics_exporter_prometheus::PrometheusHandle;
-use openraft::async_runtime::WatchReceiver;
 
-use crate::dispatch::Dispatcher;
+use super::View;
 
 /// Bucket bounds (seconds) for every `*_seconds` histogram: request latency per opcode, fsync
 /// time. 100 µs to 10 s, so a histogram aggregates across servers as summaries cannot.
@@ -39,7 +38,7 @@ pub fn install() -> Option<PrometheusHandle> {
 }
 
 /// Sets the gauges that are read from state rather than counted as they happen.
-pub fn refresh(d: &Dispatcher) {
+pub fn refresh(d: &View) {
     d.stats.export_packet_counters();
     for (key, value) in crate::admin::four_letter::monitor(d) {
         let Some(name) = key.strip_prefix("zk_") else { continue };
@@ -51,24 +50,20 @@ pub fn refresh(d: &Dispatcher) {
             metrics::gauge!(name.to_owned()).set(v);
         }
     }
-    let m = d.raft.metrics().borrow_watched().clone();
-    metrics::gauge!("warden_raft_term").set(m.current_term as f64);
-    metrics::gauge!("warden_raft_leader_id").set(m.current_leader.map_or(-1.0, |l| l as f64));
-    metrics::gauge!("warden_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
-    metrics::gauge!("warden_raft_applied_index").set(m.last_applied.map_or(0.0, |l| l.index as f64));
-    metrics::gauge!("warden_raft_snapshot_index").set(m.snapshot.map_or(0.0, |l| l.index as f64));
-    metrics::gauge!("warden_raft_is_leader").set(if m.current_leader == Some(m.id) { 1.0 } else { 0.0 });
+    let m = d.raft.status();
+    metrics::gauge!("warden_raft_term").set(m.term as f64);
+    metrics::gauge!("warden_raft_leader_id").set(m.leader.map_or(-1.0, |l| l as f64));
+    metrics::gauge!("warden_raft_last_log_index").set(m.last_log_index as f64);
+    metrics::gauge!("warden_raft_applied_index").set(m.applied_index as f64);
+    metrics::gauge!("warden_raft_snapshot_index").set(m.snapshot_index as f64);
+    metrics::gauge!("warden_raft_is_leader").set(if m.leader == Some(m.id) { 1.0 } else { 0.0 });
     // On the leader: how far each follower's matched log index trails the leader's last index.
-    if let Some(replication) = &m.replication {
-        let last = m.last_log_index.unwrap_or(0);
-        for (follower, matched) in replication {
-            let lag = last.saturating_sub(matched.map_or(0, |l| l.index));
-            metrics::gauge!("warden_raft_replication_lag_entries", "follower" => follower.to_string()).set(lag as f64);
-        }
+    for (follower, lag) in &m.replication_lag {
+        metrics::gauge!("warden_raft_replication_lag_entries", "follower" => follower.to_string()).set(*lag as f64);
     }
 }
 
-async fn render(State((d, h)): State<(Dispatcher, PrometheusHandle)>) -> String {
+async fn render(State((d, h)): State<(View, PrometheusHandle)>) -> String {
     refresh(&d);
     h.run_upkeep();
     h.render()
@@ -81,12 +76,7 @@ const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// their buckets every [`UPKEEP_EVERY`]. The exporter otherwise keeps every sample (8 bytes and
 /// more per request, for the request-latency histogram) until the next scrape: a server nobody
 /// scrapes grew by 88 MiB over 3.5 million gets.
-pub async fn serve(
-    addr: SocketAddr,
-    d: Dispatcher,
-    handle: PrometheusHandle,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
+pub async fn serve(addr: SocketAddr, d: View, handle: PrometheusHandle, stop: tokio::sync::watch::Receiver<bool>) {
     let upkeep = {
         let handle = handle.clone();
         let mut stop = stop.clone();

@@ -3,20 +3,20 @@
 //! Txns from every connection (and batches forwarded by followers) queue in one bounded
 //! [`Inbox`]; a single task turns it into batches. On the leader each batch becomes one Raft
 //! log entry, proposed empty and filled from the inbox by the log store at the moment openraft
-//! appends it ([`TxnBatch::fill`]), with no trip back through this task in between: the
-//! entry takes every txn that arrived until openraft got to it. A standalone server writes
-//! each entry before openraft appends the next, so one fsync carries as many txns as arrived
-//! while the previous one was being written; an ensemble leader's log writer thread joins
-//! the entries queued behind an fsync into the next one (see `LogStore::with_writer`). At
-//! most [`MAX_IN_FLIGHT`] batches are in openraft at once. On a follower the batch
-//! is forwarded to the leader over the peer port. A txn's answer is released once this
-//! server has applied the entry itself, so its watch events are queued first; a txn queued
-//! with [`Proposer::submit_committed`] is answered as soon as the leader reports it committed,
-//! and its connection keeps the session's next reads waiting for the local apply instead
-//! (see `crate::client`). Batches leave in inbox order, so a session's writes enter the log
-//! in the order it sent them.
+//! appends it ([`crate::raft::batch::Fill`]), with no trip back through this task in between:
+//! the entry takes every txn that arrived until openraft got to it. The fill registers the
+//! txns' waiters under the entry's log id ([`crate::raft::wait::Waiters`]), and the state
+//! machine answers each as it applies it. A standalone server writes each entry before
+//! openraft appends the next, so one fsync carries as many txns as arrived while the previous
+//! one was being written; an ensemble leader's log writer thread joins the entries queued
+//! behind an fsync into the next one (see `LogStore::with_writer`). At most [`MAX_IN_FLIGHT`]
+//! batches are in openraft at once. On a follower the batch is forwarded to the leader over
+//! the peer port. A txn's answer is released once this server has applied the entry itself,
+//! so its watch events are queued first; a txn queued with [`Proposer::submit_committed`] is
+//! answered as soon as the leader reports it committed, and its connection keeps the
+//! session's next reads waiting for the local apply instead (see `crate::client`). Batches
+//! leave in inbox order, so a session's writes enter the log in the order it sent them.
 
-use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
@@ -24,21 +24,26 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use openraft::async_runtime::WatchReceiver;
 use tokio::sync::oneshot;
 use tokio::sync::Notify;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::Semaphore;
 
-use super::ProposeError;
-use crate::peer::PeerClient;
 use crate::peer::PeerRequest;
 use crate::peer::PeerResponse;
+use crate::peer::Peers;
+use crate::raft::batch::Fill;
 use crate::raft::state_machine::SharedTree;
+use crate::raft::wait::fail as fail_all;
+use crate::raft::wait::Outcome;
+use crate::raft::wait::Waiter;
+use crate::raft::wait::Waiters;
+use crate::raft::LogId;
+use crate::raft::ProposeError;
 use crate::raft::Raft;
-use crate::txn::Txn;
-use crate::txn::TxnBatch;
-use crate::txn::TxnResult;
+use crate::raft::Role;
+use crate::raft::TxnBatch;
+use crate::tree::txn::Txn;
 
 /// Txns per log entry at most.
 pub const MAX_BATCH: usize = 1024;
@@ -53,9 +58,6 @@ pub const MAX_IN_FLIGHT: usize = 4;
 const INBOX: usize = 64 * 1024;
 /// How long a forwarded batch may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
-
-type Outcome = Result<TxnResult, ProposeError>;
-type Waiter = oneshot::Sender<Outcome>;
 
 /// A txn waiting for a batch: its waiter, and whether a follower may answer it on the
 /// leader's word, before applying it here (see [`Proposer::submit_committed`]).
@@ -116,7 +118,7 @@ impl Inbox {
             queue.drain(..).collect()
         };
         self.room.close();
-        fail_all(queued.into_iter().map(|q| q.waiter).collect(), "proposer stopped");
+        fail_all(queued.into_iter().map(|q| q.waiter), "proposer stopped");
     }
 
     /// Waits until a txn is queued; false once no handle can queue any more.
@@ -156,65 +158,69 @@ impl Inbox {
     }
 }
 
-/// A batch proposed empty on the leader: the log store fills it from the inbox as openraft
-/// appends it, and then the proposer may propose the next one (`slot`). Dropped unfilled,
-/// openraft refused the write (this server is no longer the leader): that counts as a failed
-/// batch (see `fail_queued`) before the slot is freed, so the txns queued behind a batch in
-/// doubt are failed, not forwarded to the next leader.
-struct Unfilled {
-    inbox: Arc<Inbox>,
-    slot: Mutex<Option<OwnedSemaphorePermit>>,
-    failures: Arc<std::sync::atomic::AtomicU64>,
+/// What the proposer task, the log store's fills and the handles share: the inbox, the
+/// waiters' registry, and the one batch proposed unfilled.
+struct Shared {
+    inbox: Inbox,
+    waiters: Arc<Waiters>,
+    /// The batch proposed empty and not yet filled, by sequence number, with the permit that
+    /// lets the proposer propose the next one: at most one empty batch waits in openraft for
+    /// the previous one's fsync, and it takes everything that arrived meanwhile.
+    unfilled: Mutex<Option<(u64, OwnedSemaphorePermit)>>,
+    /// Bumped when a batch proposed here as leader fails; the task then fails what is queued
+    /// (see `fail_queued`).
+    failures: std::sync::atomic::AtomicU64,
 }
 
-impl Unfilled {
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<OwnedSemaphorePermit>> {
-        self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+impl Shared {
+    fn unfilled(&self) -> std::sync::MutexGuard<'_, Option<(u64, OwnedSemaphorePermit)>> {
+        self.unfilled.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The batch `seq` failed: if it was never filled, its permit is freed.
+    fn forget_unfilled(&self, seq: u64) {
+        let mut unfilled = self.unfilled();
+        if unfilled.as_ref().is_some_and(|(s, _)| *s == seq) {
+            *unfilled = None;
+        }
     }
 }
 
-impl crate::txn::Fill for Unfilled {
-    fn take(&self) -> (Vec<Txn>, Vec<Waiter>) {
-        let mut slot = self.slot();
-        // Filled once; a second call (openraft makes none) takes nothing.
-        if slot.is_none() {
-            return (Vec::new(), Vec::new());
+impl Fill for Shared {
+    fn fill(&self, log_id: LogId) -> Vec<Txn> {
+        let mut unfilled = self.unfilled();
+        // Filled once; a batch appended with nothing pending (openraft makes none) takes nothing.
+        if unfilled.is_none() {
+            return Vec::new();
         }
         let batch = self.inbox.take_batch();
-        drop(slot.take());
+        *unfilled = None;
+        drop(unfilled);
         metrics::histogram!("warden_raft_batch_txns").record(batch.len() as f64);
-        batch.into_iter().map(|q| (q.txn, q.waiter)).unzip()
-    }
-}
-
-impl Drop for Unfilled {
-    fn drop(&mut self) {
-        let mut slot = self.slot();
-        if slot.is_some() {
-            self.failures.fetch_add(1, Ordering::Release);
-            drop(slot.take());
-        }
+        let (txns, waiters): (Vec<Txn>, Vec<Waiter>) = batch.into_iter().map(|q| (q.txn, q.waiter)).unzip();
+        self.waiters.register(log_id, waiters);
+        txns
     }
 }
 
 /// Closes the inbox when the last [`Proposer`] handle is dropped.
-struct Handle(Arc<Inbox>);
+struct Handle(Arc<Shared>);
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.0.closed.store(true, Ordering::Release);
-        self.0.ready.notify_one();
+        self.0.inbox.closed.store(true, Ordering::Release);
+        self.0.inbox.ready.notify_one();
     }
 }
 
-/// A handle to the proposer task.
+/// A handle to the proposer.
 #[derive(Clone)]
 pub struct Proposer {
-    inbox: Arc<Handle>,
+    handle: Arc<Handle>,
 }
 
 fn txn_bytes(txn: &Txn) -> usize {
-    use crate::txn::TxnOp;
+    use crate::tree::txn::TxnOp;
     fn op_bytes(op: &TxnOp) -> usize {
         match op {
             TxnOp::Create(c) => c.path.len() + c.data.as_ref().map_or(0, |d| d.len()),
@@ -227,11 +233,28 @@ fn txn_bytes(txn: &Txn) -> usize {
 }
 
 impl Proposer {
-    /// Starts the proposer task for server `me`.
-    pub fn start(raft: Raft, me: u64, shared: Arc<SharedTree>) -> Proposer {
-        let inbox = Arc::new(Inbox::new());
-        tokio::spawn(run(raft, me, shared, inbox.clone()));
-        Proposer { inbox: Arc::new(Handle(inbox)) }
+    /// A proposer whose txns' waiters the state machine finds in `waiters`. Made before Raft:
+    /// the log store fills batches from [`Proposer::filler`]; [`Proposer::start`] starts the
+    /// task once Raft runs.
+    pub fn new(waiters: Arc<Waiters>) -> Proposer {
+        let shared = Arc::new(Shared {
+            inbox: Inbox::new(),
+            waiters,
+            unfilled: Mutex::new(None),
+            failures: std::sync::atomic::AtomicU64::new(0),
+        });
+        Proposer { handle: Arc::new(Handle(shared)) }
+    }
+
+    /// Where the log store fills the batches this proposer proposes empty.
+    pub fn filler(&self) -> Arc<dyn Fill> {
+        self.handle.0.clone()
+    }
+
+    /// Starts the proposer task, forwarding to the leader through `peers` when this server
+    /// does not lead.
+    pub fn start(&self, raft: Raft, peers: Peers, tree: Arc<SharedTree>) {
+        tokio::spawn(run(raft, peers, tree, self.handle.0.clone()));
     }
 
     /// Queues a txn; the receiver yields its result once applied on this server.
@@ -250,13 +273,40 @@ impl Proposer {
 
     async fn queue(&self, txn: Txn, committed_is_enough: bool) -> Result<oneshot::Receiver<Outcome>, ProposeError> {
         let (waiter, wait) = oneshot::channel();
-        self.inbox.0.push(Queued { txn, waiter, committed_is_enough }).await?;
+        self.handle.0.inbox.push(Queued { txn, waiter, committed_is_enough }).await?;
         Ok(wait)
     }
 
     /// Queues a txn and waits until it is applied on this server.
     pub async fn propose(&self, txn: Txn) -> Outcome {
         self.submit(txn).await?.await.map_err(|_| dropped())?
+    }
+}
+
+impl super::Dispatcher {
+    /// Replicates `txn` and waits until it is applied here.
+    pub(super) async fn propose(&self, txn: Txn) -> Outcome {
+        self.0.proposer.propose(txn).await
+    }
+
+    /// A client's write: replicated, and answered once applied here, or, with
+    /// `committed_is_enough`, once committed: on a follower the result may then come before
+    /// this server has applied it (before its watch events are queued here), for a session
+    /// that holds no watches, whose next reads wait for the reply's zxid
+    /// ([`super::Dispatcher::read_after`]).
+    pub async fn write(&self, write: super::Write, committed_is_enough: bool) -> super::Reply {
+        let super::Write { txn, op, path_only } = write;
+        let result = if committed_is_enough {
+            match self.0.proposer.submit_committed(txn).await {
+                Ok(wait) => wait.await.unwrap_or_else(|_| Err(dropped())),
+                Err(e) => Err(e),
+            }
+        } else {
+            self.propose(txn).await
+        };
+        let mut reply = self.write_reply(op, result);
+        super::Dispatcher::shape_multi(&path_only, &mut reply);
+        reply
     }
 }
 
@@ -267,60 +317,6 @@ pub(crate) fn dropped() -> ProposeError {
     ProposeError::Raft("proposal dropped".into())
 }
 
-/// Fails `waiters` with reason `e`: their clients get ConnectionLoss (the outcome is in doubt),
-/// so the reason is logged here, where it is still known.
-fn fail_all(waiters: Vec<Waiter>, e: &str) {
-    if !waiters.is_empty() {
-        tracing::warn!(txns = waiters.len(), reason = e, "writes failed; their clients get ConnectionLoss");
-    }
-    for w in waiters {
-        let _ = w.send(Err(ProposeError::Raft(e.to_owned())));
-    }
-}
-
-/// The current leader and its peer address, waiting up to `patience` for one to be known.
-async fn leader(raft: &Raft, patience: Duration) -> Option<(u64, String)> {
-    let mut rx = raft.metrics();
-    let deadline = tokio::time::Instant::now() + patience;
-    loop {
-        {
-            let m = rx.borrow_watched();
-            if let Some(l) = m.current_leader {
-                let addr = m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()).unwrap_or_default();
-                return Some((l, addr));
-            }
-        }
-        // Timed out, or Raft stopped (its metrics sender is gone).
-        if !matches!(tokio::time::timeout_at(deadline, rx.changed()).await, Ok(Ok(()))) {
-            return None;
-        }
-    }
-}
-
-/// Resolves once Raft names a leader other than `leader_id` (never, if Raft stops).
-///
-/// It watches openraft's server metrics (leader, vote, state, membership), which change only
-/// when one of those does. The full `RaftMetrics` is sent after every turn of openraft's core,
-/// changed or not, and a forwarded batch waiting on it was woken three or more times per
-/// write, each a task to schedule and, often, a thread to wake (BENCHMARKS.md, the
-/// twenty-first pass).
-async fn leader_other_than(
-    metrics: &mut openraft::alias::WatchReceiverOf<
-        crate::raft::TypeConfig,
-        openraft::metrics::RaftServerMetrics<crate::raft::TypeConfig>,
-    >,
-    leader_id: u64,
-) {
-    loop {
-        if matches!(metrics.borrow_and_update().current_leader, Some(l) if l != leader_id) {
-            return;
-        }
-        if metrics.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
 /// Fails every txn queued right now. After this server's own batch fails as leader (it lost
 /// the leadership, e.g. cut off by a partition), what queued behind it was sent to a leader
 /// that is no more, and its clients have been or will be disconnected; forwarding it later to
@@ -328,105 +324,69 @@ async fn leader_other_than(
 /// server. ZooKeeper drops such requests too when its leader steps down.
 fn fail_queued(inbox: &Inbox, e: &str) {
     let queued = inbox.take_all();
-    fail_all(queued.into_iter().map(|q| q.waiter).collect(), e);
+    fail_all(queued.into_iter().map(|q| q.waiter), e);
 }
 
-async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
-    /// Whatever way this task ends, the txns queued and those still coming are failed.
-    struct Stop(Arc<Inbox>);
+async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared>) {
+    /// Whatever way this task ends, the txns queued and those still coming are failed, and
+    /// so are the waiters of entries not yet applied.
+    struct Stop(Arc<Shared>);
     impl Drop for Stop {
         fn drop(&mut self) {
-            self.0.stop();
+            self.0.inbox.stop();
+            self.0.waiters.stop("proposer stopped");
         }
     }
-    let _stop = Stop(inbox.clone());
+    let _stop = Stop(shared.clone());
+    let me = raft.id();
+    let inbox = &shared.inbox;
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     // The one batch not yet filled (on the leader) or being forwarded (on a follower): the
-    // next is proposed when it is released, so at most one empty batch waits in openraft for
-    // the previous one's fsync, and it takes everything that arrived meanwhile.
+    // next is proposed when it is released.
     let writing = Arc::new(Semaphore::new(1));
-    let mut peers: HashMap<u64, PeerClient> = HashMap::new();
-    // Bumped when a batch proposed here as leader fails; the loop then fails what is queued
-    // (see `fail_queued`).
-    let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut seen_failures = 0u64;
+    let mut seq = 0u64;
     loop {
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
         let Ok(slot) = writing.clone().acquire_owned().await else { return };
-        let now_failed = failures.load(std::sync::atomic::Ordering::Acquire);
+        let now_failed = shared.failures.load(Ordering::Acquire);
         if now_failed != seen_failures {
             seen_failures = now_failed;
-            fail_queued(&inbox, "this server lost the leadership");
+            fail_queued(inbox, "this server lost the leadership");
         }
         if !inbox.wait().await {
             return;
         }
-        let Some((leader_id, leader_addr)) = leader(&raft, Duration::from_secs(3)).await else {
-            fail_queued(&inbox, "no leader");
+        let Some((leader_id, leader_addr)) = raft.wait_for_leader(Duration::from_secs(3)).await else {
+            fail_queued(inbox, "no leader");
             continue;
         };
         if leader_id == me {
-            let unfilled = Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)), failures: failures.clone() };
-            let (hooks, waits) = crate::txn::LocalHooks::filled_from(Box::new(unfilled));
-            let (responder, mut response) = openraft::impls::ProgressResponder::complete_only();
-            match raft.client_write_ff(TxnBatch::unfilled(hooks), Some(responder)).await {
-                Ok(()) => {
-                    let failures = failures.clone();
+            seq += 1;
+            *shared.unfilled() = Some((seq, slot));
+            match raft.propose_unfilled().await {
+                Ok(done) => {
+                    let (raft, shared, this) = (raft.clone(), shared.clone(), seq);
                     tokio::spawn(async move {
                         // The state machine answers each txn as it applies it (see
-                        // `LocalHooks`); this task frees the proposer's slots, and answers
-                        // from openraft's reply what the state machine did not.
-                        let mut waits = waits;
-                        let mut answered = false;
-                        let answer = tokio::select! {
-                            biased;
-                            done = &mut waits.applied => match done {
-                                Ok(()) => None,
-                                // Applied without the hooks (read back from disk): openraft's
-                                // answer carries the results.
-                                Err(_) => {
-                                    answered = true;
-                                    Some((&mut response).await.map(|r| r.map(|r| r.data)))
-                                }
-                            },
-                            answer = &mut response => {
-                                answered = true;
-                                Some(answer.map(|r| r.map(|r| r.data)))
-                            }
-                        };
-                        // Waiters still here were not answered by the state machine (none are
-                        // once it reported the batch applied).
-                        let left = waits.take_answers().unwrap_or_default();
-                        let failed = match answer {
-                            None => false,
-                            Some(Ok(Ok(results))) => {
-                                for (w, r) in left.into_iter().zip(results) {
-                                    let _ = w.send(Ok(r));
-                                }
-                                false
-                            }
-                            Some(Ok(Err(e))) => {
-                                fail_all(left, &e.to_string());
-                                true
-                            }
-                            Some(Err(e)) => {
-                                fail_all(left, &e.to_string());
-                                true
-                            }
-                        };
-                        if failed {
-                            failures.fetch_add(1, std::sync::atomic::Ordering::Release);
+                        // `Waiters`); this task frees the proposer's slot, and on a failure
+                        // fails the waiters whose commit is now in doubt.
+                        if let Err(e) = done.await {
+                            shared.forget_unfilled(this);
+                            let status = raft.status();
+                            // Every entry this server proposed in an earlier term, or in this
+                            // one if it no longer leads, is in doubt.
+                            let through =
+                                if status.role == Role::Leader { status.term.saturating_sub(1) } else { status.term };
+                            shared.waiters.fail_through_term(through, &e.to_string());
+                            shared.failures.fetch_add(1, Ordering::Release);
                         }
                         drop(permit);
-                        // openraft logs a warning for every answer that finds its receiver
-                        // gone, so take it even though the hook answered first.
-                        if !answered {
-                            let _ = response.await;
-                        }
                     });
                 }
                 Err(fatal) => {
-                    fail_all(waits.take_answers().unwrap_or_default(), &fatal.to_string());
+                    shared.forget_unfilled(seq);
+                    fail_queued(inbox, &fatal.to_string());
                     tracing::error!(error = %fatal, "raft stopped; proposer exits");
                     return;
                 }
@@ -442,11 +402,11 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
             waiters.push((q.waiter, q.committed_is_enough));
         }
         metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
-        let client = peers.entry(leader_id).or_insert_with(|| PeerClient::new(leader_addr)).clone();
+        let client = peers.client(leader_id, &leader_addr);
         match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
             Ok(answer) => {
-                let shared = shared.clone();
-                let mut metrics = raft.server_metrics();
+                let tree = tree.clone();
+                let mut leader = raft.leader_watch();
                 // A failed forward leaves what is queued here alone: it goes to the current
                 // leader next (this server lost no leadership of its own).
                 tokio::spawn(async move {
@@ -457,8 +417,8 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
                     let answer = tokio::select! {
                         biased;
                         answer = answer => answer,
-                        () = leader_other_than(&mut metrics, leader_id) => {
-                            fail_all(waiters.into_iter().map(|(w, _)| w).collect(), "the leader changed while a forwarded batch was in flight");
+                        () = leader.other_than(leader_id) => {
+                            fail_all(waiters.into_iter().map(|(w, _)| w), "the leader changed while a forwarded batch was in flight");
                             drop(slot);
                             drop(permit);
                             return;
@@ -477,14 +437,14 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
                                 }
                             }
                             if let Some(last) = after_apply.iter().map(|(_, r)| r.zxid).max() {
-                                shared.wait_applied(last, FORWARD_TIMEOUT).await;
+                                tree.wait_applied(last, FORWARD_TIMEOUT).await;
                             }
                             for (w, r) in after_apply {
                                 let _ = w.send(Ok(r));
                             }
                         }
                         answer => {
-                            let waiters = waiters.into_iter().map(|(w, _)| w).collect();
+                            let waiters = waiters.into_iter().map(|(w, _)| w);
                             match answer {
                                 Ok(PeerResponse::Forward(Err(e))) => fail_all(waiters, &e),
                                 Ok(_) => fail_all(waiters, "unexpected answer to a forwarded batch"),
@@ -497,8 +457,7 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
                 });
             }
             Err(e) => {
-                peers.remove(&leader_id);
-                fail_all(waiters.into_iter().map(|(w, _)| w).collect(), &e.to_string());
+                fail_all(waiters.into_iter().map(|(w, _)| w), &e.to_string());
             }
         }
     }
@@ -507,8 +466,8 @@ async fn run(raft: Raft, me: u64, shared: Arc<SharedTree>, inbox: Arc<Inbox>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::txn::Fill;
-    use crate::txn::TxnOp;
+    use crate::raft::LeaderId;
+    use crate::tree::txn::TxnOp;
 
     fn txn(session_id: i64) -> Txn {
         Txn { session_id, time_ms: 0, auth: Default::default(), op: TxnOp::CloseSession { session_id } }
@@ -524,41 +483,41 @@ mod tests {
         waits
     }
 
-    fn unfilled(inbox: &Arc<Inbox>, failures: &Arc<std::sync::atomic::AtomicU64>) -> (Unfilled, Arc<Semaphore>) {
+    fn log_id(index: u64) -> LogId {
+        LogId::new(LeaderId { term: 1, node_id: 1 }, index)
+    }
+
+    /// A batch proposed empty takes the queue in order once, frees the next batch's slot, and
+    /// registers its waiters under the entry's log id for the state machine.
+    #[tokio::test]
+    async fn a_fill_takes_the_queue_in_order_once_and_registers_the_waiters() {
+        let proposer = Proposer::new(Arc::new(Waiters::default()));
+        let shared = proposer.handle.0.clone();
+        let _waits = queued(&shared.inbox, &[1, 2, 3]).await;
         let writing = Arc::new(Semaphore::new(1));
-        let slot = writing.clone().try_acquire_owned().expect("slot");
-        (Unfilled { inbox: inbox.clone(), slot: Mutex::new(Some(slot)), failures: failures.clone() }, writing)
-    }
-
-    #[tokio::test]
-    async fn a_batch_takes_the_queue_in_order_once_and_frees_the_slot() {
-        let inbox = Arc::new(Inbox::new());
-        let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let _waits = queued(&inbox, &[1, 2, 3]).await;
-        let (batch, writing) = unfilled(&inbox, &failures);
+        *shared.unfilled() = Some((1, writing.clone().try_acquire_owned().expect("slot")));
         assert_eq!(writing.available_permits(), 0);
-        let (txns, waiters) = batch.take();
+        let txns = proposer.filler().fill(log_id(7));
         assert_eq!(txns.iter().map(|t| t.session_id).collect::<Vec<_>>(), vec![1, 2, 3]);
-        assert_eq!(waiters.len(), 3);
         assert_eq!(writing.available_permits(), 1, "filled: the next batch may be proposed");
+        assert_eq!(shared.waiters.take_applied(&log_id(7)).map(|w| w.len()), Some(3));
         // Whatever arrives later belongs to the next batch, not to a second fill of this one.
-        let _later = queued(&inbox, &[4]).await;
-        assert!(batch.take().0.is_empty());
-        drop(batch);
-        assert_eq!(failures.load(Ordering::Acquire), 0, "a filled batch is no failure");
-        assert_eq!(inbox.queue().len(), 1);
+        let _later = queued(&shared.inbox, &[4]).await;
+        assert!(proposer.filler().fill(log_id(8)).is_empty());
+        assert_eq!(shared.inbox.queue().len(), 1);
     }
 
+    /// A batch that failed before it was filled frees its slot, and only its own.
     #[tokio::test]
-    async fn a_batch_dropped_unfilled_counts_as_failed_before_freeing_the_slot() {
-        let inbox = Arc::new(Inbox::new());
-        let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let _waits = queued(&inbox, &[1, 2]).await;
-        let (batch, writing) = unfilled(&inbox, &failures);
-        drop(batch);
-        assert_eq!(failures.load(Ordering::Acquire), 1);
+    async fn a_failed_unfilled_batch_frees_only_its_own_slot() {
+        let proposer = Proposer::new(Arc::new(Waiters::default()));
+        let shared = proposer.handle.0.clone();
+        let writing = Arc::new(Semaphore::new(1));
+        *shared.unfilled() = Some((5, writing.clone().try_acquire_owned().expect("slot")));
+        shared.forget_unfilled(4);
+        assert_eq!(writing.available_permits(), 0, "another batch's failure leaves it");
+        shared.forget_unfilled(5);
         assert_eq!(writing.available_permits(), 1);
-        assert_eq!(inbox.queue().len(), 2, "the txns stay queued for the proposer to fail");
     }
 
     #[tokio::test]
@@ -576,13 +535,13 @@ mod tests {
 
     #[tokio::test]
     async fn the_inbox_wait_ends_when_the_last_handle_goes() {
-        let inbox = Arc::new(Inbox::new());
-        let handle = Proposer { inbox: Arc::new(Handle(inbox.clone())) };
+        let proposer = Proposer::new(Arc::new(Waiters::default()));
+        let shared = proposer.handle.0.clone();
         let waiter = tokio::spawn({
-            let inbox = inbox.clone();
-            async move { inbox.wait().await }
+            let shared = shared.clone();
+            async move { shared.inbox.wait().await }
         });
-        drop(handle);
+        drop(proposer);
         assert!(!waiter.await.expect("join"));
     }
 }

@@ -1,6 +1,8 @@
 //! The peer port: Raft RPCs, writes forwarded from followers, session touches and read-index
 //! requests between ensemble members. Counterpart of ZooKeeper's quorum port (Learner/Leader
-//! messages), over our own protocol.
+//! messages), over our own protocol. It is Raft's [`Transport`] ([`Peers`] for the Raft
+//! network adapter in `crate::raft::network`), and one client per member ([`Peers`]) for
+//! everything else.
 //!
 //! # Wire format
 //! Length-delimited frames (4-byte big-endian length, tokio-util) each holding a postcard
@@ -9,7 +11,7 @@
 //! writes, which the receiver submits to Raft in the order they arrived so a session's writes
 //! keep their order. A version other than [`PROTOCOL_VERSION`] closes the connection.
 //!
-//! This module calls the Raft handle and the dispatcher; it never touches the tree.
+//! This module calls the Raft handle and a [`PeerHandler`]; it never touches the tree.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,12 +24,6 @@ use futures::stream::FuturesUnordered;
 use futures::FutureExt;
 use futures::SinkExt;
 use futures::StreamExt;
-use openraft::error::RaftError;
-use openraft::raft::AppendEntriesRequest;
-use openraft::raft::AppendEntriesResponse;
-use openraft::raft::SnapshotResponse;
-use openraft::raft::VoteRequest;
-use openraft::raft::VoteResponse;
 use serde::Deserialize;
 use serde::Serialize;
 use tokio::net::TcpListener;
@@ -37,28 +33,25 @@ use tokio_util::codec::FramedRead;
 use tokio_util::codec::FramedWrite;
 use tokio_util::codec::LengthDelimitedCodec;
 
-use crate::raft::TypeConfig;
-use crate::txn::TxnBatch;
-use crate::txn::TxnResult;
+use crate::raft::network::RaftRequest;
+use crate::raft::network::RaftResponse;
+use crate::raft::network::Transport;
+use crate::raft::network::TransportError;
+use crate::raft::Raft;
+use crate::raft::TxnBatch;
+use crate::tree::txn::TxnResult;
 
-/// Bumped on any incompatible change to the messages.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// Bumped on any incompatible change to the messages (3: Raft's messages in one variant,
+/// openraft's pre-vote instead of Warden's own).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Largest peer frame (snapshot chunks and batches are far smaller).
 const MAX_FRAME: usize = 256 << 20;
 
 /// A request from one member to another.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum PeerRequest {
-    AppendEntries(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<TypeConfig>),
-    /// A piece of the leader's snapshot file, in order from offset 0; `done` marks the last.
-    SnapshotChunk {
-        vote: crate::raft::Vote,
-        meta: crate::raft::SnapshotMeta,
-        offset: u64,
-        data: serde_bytes::ByteBuf,
-        done: bool,
-    },
+    /// A Raft RPC (AppendEntries, votes, snapshot chunks).
+    Raft(RaftRequest),
     /// A follower's batch of client writes, for the leader to commit.
     Forward(TxnBatch),
     /// Asks the leader for a linearizable read point: its last applied zxid after confirming
@@ -66,27 +59,15 @@ pub enum PeerRequest {
     ReadIndex,
     /// Sessions heard from at a follower since its last touch batch.
     Touch(Vec<i64>),
-    /// Asks, before a campaign, whether the receiver has lost its leader too and would vote
-    /// for a candidate with this last log id (see [`crate::failover`]); nothing changes on
-    /// the receiver.
-    PreVote {
-        candidate: u64,
-        last_log: Option<crate::raft::LogId>,
-    },
 }
 
 /// The answer to a [`PeerRequest`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum PeerResponse {
-    AppendEntries(Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>),
-    Vote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
-    /// `None` after a chunk, the installing server's answer after the last one.
-    SnapshotChunk(Result<Option<SnapshotResponse<TypeConfig>>, String>),
+    Raft(RaftResponse),
     Forward(Result<Vec<TxnResult>, String>),
     ReadIndex(Result<i64, String>),
     Touch,
-    /// Whether the receiver would support the candidate's campaign.
-    PreVote(bool),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -133,7 +114,7 @@ fn fail_pending(pending: &PendingMap, addr: &str) {
 
 /// One live connection to a peer. Callers write their own requests to the socket: a writer
 /// task would cost each request a task hand-off, which on a busy 2-worker runtime is a thread
-/// wake-up (the twenty-first pass in BENCHMARKS.md). One task reads the answers.
+/// wake-up (docs/perf/pass-21.md). One task reads the answers.
 struct Connection {
     /// tokio's `Mutex` queues waiters in order, so requests leave in the order they asked.
     writer: tokio::sync::Mutex<Writer>,
@@ -276,12 +257,10 @@ async fn read_answers(addr: String, r: tokio::net::tcp::OwnedReadHalf, pending: 
     fail_pending(&pending, &addr);
 }
 
-/// What the peer server needs to answer requests.
+/// What the peer server needs to answer requests beside Raft's.
 pub trait PeerHandler: Send + Sync + 'static {
     /// Raft RPCs.
-    fn raft(&self) -> &crate::raft::Raft;
-    /// Where snapshots from the leader are received.
-    fn snapshot_dir(&self) -> std::path::PathBuf;
+    fn raft(&self) -> &Raft;
     /// Queues a forwarded batch for proposal (the outer future: returns once queued, so
     /// batches keep their arrival order) and returns a future for the results.
     #[allow(clippy::type_complexity)]
@@ -293,11 +272,6 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn read_index(&self) -> futures::future::BoxFuture<'static, Result<i64, String>>;
     /// Sessions heard from at a follower.
     fn touch(&self, sessions: &[i64]);
-    /// An AppendEntries or InstallSnapshot arrived from `leader`, at a vote no older than ours.
-    fn heard_from_leader(&self, _leader: u64) {}
-    /// Whether this server would support `candidate`, whose last log id is `last_log`,
-    /// campaigning for leadership now.
-    fn pre_vote(&self, candidate: u64, last_log: Option<crate::raft::LogId>) -> bool;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -325,17 +299,6 @@ pub async fn serve<H: PeerHandler>(
     }
 }
 
-/// Records contact from a leader whose vote is at least ours: a deposed leader that has not
-/// yet learnt of its successor does not count.
-fn heard<H: PeerHandler>(h: &H, vote: &crate::raft::Vote) {
-    // Terms, not votes: `Vote`'s comparison panics on two committed votes of one term.
-    use openraft::async_runtime::WatchReceiver;
-    let current = h.raft().metrics().borrow_watched().current_term;
-    if vote.leader_id.term >= current {
-        h.heard_from_leader(vote.leader_id.node_id);
-    }
-}
-
 /// Writes one answer. A response that cannot be encoded is logged and skipped (its request
 /// times out); only a failed write ends the connection.
 async fn answer(writer: &mut Writer, id: u64, body: PeerResponse) -> Result<(), PeerError> {
@@ -357,8 +320,8 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
     let mut reader = FramedRead::new(r, codec());
     let mut writer: Writer = FramedWrite::new(w, codec());
     let mut waiting: FuturesUnordered<BoxFuture<'static, (u64, PeerResponse)>> = FuturesUnordered::new();
-    // The snapshot being received on this connection: its file and the next offset.
-    let mut receiving: Option<(tokio::fs::File, u64)> = None;
+    // The snapshot being received on this connection, if any.
+    let mut receiving = crate::raft::snapshot::Receiving::new(h.raft().options().snapshot_dir.clone());
     loop {
         let frame = tokio::select! {
             biased;
@@ -389,40 +352,25 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
                 let fut = h.read_index();
                 waiting.push(async move { (id, PeerResponse::ReadIndex(fut.await)) }.boxed());
             }
-            PeerRequest::PreVote { candidate, last_log } => {
-                let support = h.pre_vote(candidate, last_log);
-                answer(&mut writer, id, PeerResponse::PreVote(support)).await?;
-            }
-            // A heartbeat (no entries) waits for its answer in `waiting`: this task must go on
-            // reading the leader's next heartbeats, each of which is contact from the leader,
-            // while Raft is busy. A follower's core writes the entries it appends, fsync
-            // included, on its own task; with a slow disk that took longer than the election
-            // timeout, and a heartbeat awaited here held the next ones unread: the follower
-            // thought its live leader silent, the other follower (on the same slow disk) agreed,
-            // and they deposed it (seen in the compat suite under load).
-            PeerRequest::AppendEntries(rpc) if rpc.entries.is_empty() => {
-                heard(&*h, &rpc.vote);
+            // A heartbeat (no entries), a vote or a pre-vote waits for its answer in `waiting`:
+            // this task must go on reading the leader's next heartbeats, each of which is
+            // contact from the leader, while Raft is busy. A follower's core writes the entries
+            // it appends, fsync included, on its own task; with a slow disk that took longer
+            // than the election timeout, and a heartbeat awaited here held the next ones
+            // unread: the follower thought its live leader silent, the other follower (on the
+            // same slow disk) agreed, and they deposed it (seen in the compat suite under load).
+            PeerRequest::Raft(req) if !req.carries_entries() && !req.is_snapshot_chunk() => {
                 let raft = h.raft().clone();
-                waiting.push(async move { (id, PeerResponse::AppendEntries(raft.append_entries(rpc).await)) }.boxed());
+                waiting.push(async move { (id, PeerResponse::Raft(raft.answer(req).await)) }.boxed());
             }
             // Entries are awaited here: openraft's replication stream sends the next request
             // only after this one's answer, so a task per request would only add a hop. Each
             // hop wakes the runtime's other worker once tokio's LIFO slot is spent, and that
-            // wake-up costs a follower more than the hop.
-            PeerRequest::AppendEntries(rpc) => {
-                heard(&*h, &rpc.vote);
-                let resp = h.raft().append_entries(rpc).await;
-                answer(&mut writer, id, PeerResponse::AppendEntries(resp)).await?;
-            }
-            PeerRequest::Vote(rpc) => {
-                let raft = h.raft().clone();
-                waiting.push(async move { (id, PeerResponse::Vote(raft.vote(rpc).await)) }.boxed());
-            }
-            // In order, here: chunks of one snapshot arrive on one connection.
-            PeerRequest::SnapshotChunk { vote, meta, offset, data, done } => {
-                heard(&*h, &vote);
-                let r = receive_chunk(&*h, &mut receiving, vote, meta, offset, &data, done).await;
-                answer(&mut writer, id, PeerResponse::SnapshotChunk(r)).await?;
+            // wake-up costs a follower more than the hop. Snapshot chunks too, in order: the
+            // chunks of one snapshot arrive on one connection.
+            PeerRequest::Raft(req) => {
+                let resp = receiving.answer(h.raft(), req).await;
+                answer(&mut writer, id, PeerResponse::Raft(resp)).await?;
             }
         }
     }
@@ -433,38 +381,55 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
     Ok(())
 }
 
-/// Writes one snapshot chunk into the file it is received into (made at offset 0); after the
-/// last one, hands the whole snapshot to Raft to install.
-async fn receive_chunk<H: PeerHandler>(
-    h: &H,
-    receiving: &mut Option<(tokio::fs::File, u64)>,
-    vote: crate::raft::Vote,
-    meta: crate::raft::SnapshotMeta,
-    offset: u64,
-    data: &[u8],
-    done: bool,
-) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
-    use tokio::io::AsyncWriteExt;
-    if offset == 0 {
-        let file = crate::raft::state_machine::StateMachine::begin_receiving_snapshot(&h.snapshot_dir())
-            .map_err(|e| e.to_string())?;
-        *receiving = Some((file, 0));
+/// One [`PeerClient`] per member, by id, for the requests that are not Raft's own (forwarded
+/// writes, session touches, read-index requests): the membership -> address -> client cache
+/// every sender shares. A member whose address changed gets a new client. Raft's replication
+/// and heartbeat streams each get a connection of their own ([`Transport::connect`]), so a
+/// follower's fsync never holds up the heartbeats behind it.
+#[derive(Clone, Default)]
+pub struct Peers {
+    /// std `Mutex`: held only to look up or swap a client.
+    clients: Arc<Mutex<HashMap<u64, PeerClient>>>,
+}
+
+impl Peers {
+    /// The client of member `id` at `addr`.
+    pub fn client(&self, id: u64, addr: &str) -> PeerClient {
+        let mut clients = lock(&self.clients);
+        match clients.get(&id) {
+            Some(c) if c.addr == addr => c.clone(),
+            _ => {
+                let c = PeerClient::new(addr.to_owned());
+                clients.insert(id, c.clone());
+                c
+            }
+        }
     }
-    let expected = receiving.as_ref().map(|(_, next)| *next);
-    if expected != Some(offset) {
-        *receiving = None;
-        return Err(format!("snapshot chunk at offset {offset}, expected {expected:?}"));
+}
+
+fn transport_error(e: PeerError) -> TransportError {
+    match e {
+        PeerError::Connect(addr, why) => TransportError::Unreachable(addr, why),
+        other => TransportError::Failed(other.to_string()),
     }
-    let Some((file, next)) = receiving.as_mut() else {
-        return Err(format!("snapshot chunk at offset {offset} without its start"));
-    };
-    file.write_all(data).await.map_err(|e| e.to_string())?;
-    *next += data.len() as u64;
-    if !done {
-        return Ok(None);
+}
+
+/// A Raft stream's own connection to one member.
+pub struct RaftClient(PeerClient);
+
+impl crate::raft::network::TransportClient for RaftClient {
+    async fn call(&self, req: RaftRequest, timeout: Duration) -> Result<RaftResponse, TransportError> {
+        match self.0.call(PeerRequest::Raft(req), timeout).await.map_err(transport_error)? {
+            PeerResponse::Raft(r) => Ok(r),
+            other => Err(TransportError::Failed(format!("unexpected answer to a Raft request: {other:?}"))),
+        }
     }
-    let Some((mut file, _)) = receiving.take() else { return Err("no snapshot being received".into()) };
-    file.flush().await.map_err(|e| e.to_string())?;
-    let snapshot = crate::raft::Snapshot { meta, snapshot: file };
-    h.raft().install_full_snapshot(vote, snapshot).await.map(Some).map_err(|e| e.to_string())
+}
+
+impl Transport for Peers {
+    type Client = RaftClient;
+
+    fn connect(&self, _target: u64, addr: &str) -> RaftClient {
+        RaftClient(PeerClient::new(addr.to_owned()))
+    }
 }

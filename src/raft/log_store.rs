@@ -26,10 +26,10 @@
 //!   blocks that tokio worker for its fsync, and the runtime's other workers go on meanwhile
 //!   (connections, and the state-machine worker applying the batch before). Handing the
 //!   worker's other tasks to another thread first (`block_in_place`, until the fifteenth
-//!   pass) cost ~20 µs of a 1×1 write (BENCHMARKS.md).
+//!   pass) cost ~20 µs of a 1×1 write (docs/perf/pass-15.md).
 //! - **On a writer thread** ([`LogStore::with_writer`]), for an ensemble leader's own
 //!   entries, and a standalone server's while its workers are spread for many clients (see
-//!   `crate::placement`; the core then goes on with one batch's commit, apply and answers
+//!   `crate::runtime::workers`; the core then goes on with one batch's commit, apply and answers
 //!   while the next is fsynced): `append` returns before the fsync, and openraft 0.10
 //!   replicates the entry while the leader's copy is being made durable. The leader's flush
 //!   is then one vote of the commit quorum, as ZooKeeper's leader proposes and logs at once.
@@ -66,6 +66,7 @@ use redb::TableDefinition;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::batch::Fill;
 use super::segment_log::SegmentLog;
 use super::typ::Entry;
 use super::LogId;
@@ -180,10 +181,11 @@ pub struct LogStore {
     vote_budget: Option<Arc<VoteBudget>>,
     /// See [`LogStore::with_fsync_warning`].
     slow: Arc<SlowAppends>,
+    /// Where a batch proposed empty takes its txns from (see [`LogStore::with_filler`]).
+    filler: Option<Arc<dyn Fill>>,
 }
 
-/// ZooKeeper's `fsync.warningthresholdms` default: 1 s.
-pub const DEFAULT_FSYNC_WARNING_MS: u64 = 1000;
+use crate::config::DEFAULT_FSYNC_WARNING_MS;
 
 /// How often a warning about the disk may be repeated while the condition lasts.
 const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -498,6 +500,7 @@ impl LogStore {
             writer: None,
             vote_budget: None,
             slow: Arc::new(SlowAppends::new(DEFAULT_FSYNC_WARNING_MS)),
+            filler: None,
         })
     }
 
@@ -538,14 +541,14 @@ impl LogStore {
     /// calling thread when nothing is queued: a follower answers only once its copy is
     /// durable, and a thread hand-off would only add to that.
     /// `woke` runs on the writer thread after each batch of jobs has told its waiters (see
-    /// `crate::placement::Placement::woke_from_outside`).
+    /// `crate::runtime::workers::Placement::woke_from_outside`).
     ///
     /// `offload` says, at each append, whether the member's own entries go to the writer:
     /// always on an ensemble member, and on a standalone server while it serves many clients
-    /// at once (its workers spread, see `crate::placement`). There the core goes on with the
+    /// at once (its workers spread, see `crate::runtime::workers`). There the core goes on with the
     /// commit, apply and answers of one batch while the next is fsynced, instead of blocking
-    /// a worker in fdatasync: set 16×8 +4.4%, at +7.5% CPU per write and a thread hand-off per
-    /// fsync, which a lone client would pay in latency (BENCHMARKS.md, twenty-fourth pass).
+    /// a worker in fdatasync: set 16×8 ×1.028 (paired) at a thread hand-off per
+    /// fsync, which a lone client would pay in latency (docs/perf/pass-24.md).
     pub fn with_writer(
         mut self,
         id: u64,
@@ -563,7 +566,14 @@ impl LogStore {
         Ok(self)
     }
 
-    /// A handle that reads the last appended log id, for pre-votes (see [`crate::failover`]).
+    /// This store, filling the batches a leader proposes empty from `filler` as it appends
+    /// them (see [`super::batch::Fill`]).
+    pub fn with_filler(mut self, filler: Arc<dyn Fill>) -> LogStore {
+        self.filler = Some(filler);
+        self
+    }
+
+    /// A handle that reads the last appended log id.
     pub fn last_log(&self) -> LastLog {
         LastLog { db: self.db.clone(), segments: self.segments.clone(), tail: self.tail.clone() }
     }
@@ -776,7 +786,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // encoded or replicated (see `TxnBatch::fill`).
         for e in &mut entries {
             if let openraft::EntryPayload::Normal(batch) = &mut e.payload {
-                batch.fill();
+                batch.fill(e.log_id, self.filler.as_deref());
             }
         }
         {

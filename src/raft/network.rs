@@ -1,8 +1,11 @@
-//! The Raft network adapter over the peer port ([`crate::peer`]). Transport failures map to
-//! openraft's error classes in one function: cannot connect -> `Unreachable` (openraft backs
-//! off), lost or timed out -> `Network`. A peer's own Raft error (only ever fatal: its core
-//! stopped) is reported as `Network` too: openraft 0.10's network answers carry no remote
-//! error. Snapshots go as a sequence of chunks read from the snapshot file.
+//! The openraft network adapter, over a [`Transport`] the peer port provides: the Raft RPC
+//! messages ([`RaftRequest`], [`RaftResponse`]) are defined here and carried as opaque values
+//! by the transport, so openraft's types stay in this folder and the peer port depends on Raft
+//! rather than the other way round. Transport failures map to openraft's error classes in one
+//! function: cannot connect -> `Unreachable` (openraft backs off), lost or timed out ->
+//! `Network`. A peer's own Raft error (only ever fatal: its core stopped) is reported as
+//! `Network` too: openraft 0.10's network answers carry no remote error. Snapshots go as a
+//! sequence of chunks read from the snapshot file.
 //!
 //! It also owns the log of whether each peer answers ([`PeerHealth`]): one warning when a
 //! peer stops answering, one a minute while it stays silent, one line when it is back.
@@ -18,6 +21,7 @@ use std::time::Instant;
 
 use openraft::error::NetworkError;
 use openraft::error::RPCError;
+use openraft::error::RaftError;
 use openraft::error::ReplicationClosed;
 use openraft::error::StreamingError;
 use openraft::error::Unreachable;
@@ -30,44 +34,116 @@ use openraft::raft::SnapshotResponse;
 use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
 use openraft::BasicNode;
+use serde::Deserialize;
+use serde::Serialize;
 
 use super::Snapshot;
+use super::SnapshotMeta;
 use super::TypeConfig;
 use super::Vote;
-use crate::peer::lock;
-use crate::peer::PeerClient;
-use crate::peer::PeerError;
-use crate::peer::PeerRequest;
-use crate::peer::PeerResponse;
+
+/// A Raft RPC from one member to another.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RaftRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<TypeConfig>),
+    /// openraft's pre-vote: would the receiver grant this vote? Nothing changes on it.
+    PreVote(VoteRequest<TypeConfig>),
+    /// A piece of the leader's snapshot file, in order from offset 0; `done` marks the last.
+    SnapshotChunk {
+        vote: Vote,
+        meta: SnapshotMeta,
+        offset: u64,
+        data: serde_bytes::ByteBuf,
+        done: bool,
+    },
+}
+
+impl RaftRequest {
+    /// A heartbeat: an AppendEntries that carries no entries.
+    pub fn is_heartbeat(&self) -> bool {
+        matches!(self, RaftRequest::AppendEntries(rpc) if rpc.entries.is_empty())
+    }
+
+    /// An AppendEntries that carries entries.
+    pub fn carries_entries(&self) -> bool {
+        matches!(self, RaftRequest::AppendEntries(rpc) if !rpc.entries.is_empty())
+    }
+
+    /// A piece of a snapshot (answered by [`super::snapshot::Receiving`]).
+    pub fn is_snapshot_chunk(&self) -> bool {
+        matches!(self, RaftRequest::SnapshotChunk { .. })
+    }
+}
+
+/// The answer to a [`RaftRequest`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RaftResponse {
+    AppendEntries(Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>),
+    Vote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
+    PreVote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
+    /// `None` after a chunk, the installing server's answer after the last one.
+    SnapshotChunk(Result<Option<SnapshotResponse<TypeConfig>>, String>),
+}
+
+/// Why a transport call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransportError {
+    /// Nobody could be reached at the address (openraft backs off).
+    #[error("cannot connect to {0}: {1}")]
+    Unreachable(String, String),
+    /// Sent, or being sent, and no answer came (lost, timed out, garbled).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// How Raft RPCs reach another member: the peer port.
+pub trait Transport: Send + Sync + 'static {
+    type Client: TransportClient;
+    /// A client to member `target` at `addr`, with a connection of its own (openraft runs a
+    /// heartbeat and a replication stream per member; neither may wait behind the other).
+    fn connect(&self, target: u64, addr: &str) -> Self::Client;
+}
+
+/// One stream's client to one member.
+pub trait TransportClient: Send + Sync + 'static {
+    /// Sends `req` and waits at most `timeout` for its answer.
+    fn call(
+        &self,
+        req: RaftRequest,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<RaftResponse, TransportError>> + Send;
+}
 
 /// Bytes of snapshot per peer message.
 const SNAPSHOT_CHUNK: usize = 4 << 20;
 
 /// Builds a [`PeerNetwork`] per target; `BasicNode.addr` is the target's `host:peerPort`.
-pub struct PeerNetworkFactory {
+pub struct Network<T> {
+    transport: Arc<T>,
     /// How long replication waits after an unreachable peer before retrying.
     retry: Duration,
     /// One per target, shared by the target's heartbeat and replication clients.
     health: HashMap<u64, Arc<PeerHealth>>,
 }
 
-impl PeerNetworkFactory {
+impl<T: Transport> Network<T> {
     /// A factory whose clients retry an unreachable peer every `retry`.
-    pub fn new(retry: Duration) -> PeerNetworkFactory {
-        PeerNetworkFactory { retry, health: HashMap::new() }
+    pub fn new(transport: Arc<T>, retry: Duration) -> Network<T> {
+        Network { transport, retry, health: HashMap::new() }
     }
 }
 
 /// Raft RPCs to one peer.
-pub struct PeerNetwork {
-    client: PeerClient,
+pub struct PeerNetwork<T: Transport> {
+    client: T::Client,
     retry: Duration,
     health: Arc<PeerHealth>,
 }
 
-impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
-    type Network = PeerNetwork;
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerNetwork {
+impl<T: Transport> RaftNetworkFactory<TypeConfig> for Network<T> {
+    type Network = PeerNetwork<T>;
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerNetwork<T> {
         let health = self
             .health
             .entry(target)
@@ -78,8 +154,12 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             })
             .or_insert_with(|| Arc::new(PeerHealth::new(target, node.addr.clone())))
             .clone();
-        PeerNetwork { client: PeerClient::new(node.addr.clone()), retry: self.retry, health }
+        PeerNetwork { client: self.transport.connect(target, &node.addr), retry: self.retry, health }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How long a peer must go unanswering before it is logged: a heartbeat or two lost on a
@@ -188,10 +268,10 @@ impl Drop for Outcome<'_> {
 #[error("unexpected answer from peer")]
 struct WrongAnswer;
 
-fn transport(e: PeerError) -> RPCError<TypeConfig> {
+fn transport(e: TransportError) -> RPCError<TypeConfig> {
     match e {
-        PeerError::Connect(..) => RPCError::Unreachable(Unreachable::new(&e)),
-        _ => RPCError::Network(NetworkError::new(&e)),
+        TransportError::Unreachable(..) => RPCError::Unreachable(Unreachable::new(&e)),
+        TransportError::Failed(_) => RPCError::Network(NetworkError::new(&e)),
     }
 }
 
@@ -223,7 +303,26 @@ fn append_timeout(rpc: &AppendEntriesRequest<TypeConfig>, option: &RPCOption) ->
     }
 }
 
-impl PeerNetwork {
+impl<T: Transport> PeerNetwork<T> {
+    async fn call(&self, req: RaftRequest, timeout: Duration) -> Result<RaftResponse, TransportError> {
+        self.client.call(req, timeout).await
+    }
+
+    /// A vote or a pre-vote, and its answer.
+    async fn ask_vote(
+        &self,
+        req: RaftRequest,
+        option: &RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let outcome = Outcome::new(&self.health, option);
+        let answer = self.call(req, timeout(option)).await;
+        outcome.report(&answer);
+        match answer.map_err(transport)? {
+            RaftResponse::Vote(r) | RaftResponse::PreVote(r) => r.map_err(remote),
+            _ => Err(wrong()),
+        }
+    }
+
     async fn send_snapshot(
         &mut self,
         vote: Vote,
@@ -249,7 +348,7 @@ impl PeerNetwork {
             }
             data.truncate(filled);
             let done = filled < SNAPSHOT_CHUNK;
-            let req = PeerRequest::SnapshotChunk {
+            let req = RaftRequest::SnapshotChunk {
                 vote,
                 meta: snapshot.meta.clone(),
                 offset,
@@ -257,17 +356,17 @@ impl PeerNetwork {
                 done,
             };
             offset += filled as u64;
-            match self.client.call(req, chunk_timeout).await.map_err(transport)? {
-                PeerResponse::SnapshotChunk(Ok(None)) if !done => {}
-                PeerResponse::SnapshotChunk(Ok(Some(resp))) => return Ok(resp),
-                PeerResponse::SnapshotChunk(Err(e)) => return Err(remote(e)),
+            match self.call(req, chunk_timeout).await.map_err(transport)? {
+                RaftResponse::SnapshotChunk(Ok(None)) if !done => {}
+                RaftResponse::SnapshotChunk(Ok(Some(resp))) => return Ok(resp),
+                RaftResponse::SnapshotChunk(Err(e)) => return Err(remote(e)),
                 _ => return Err(wrong()),
             }
         }
     }
 }
 
-impl RaftNetworkV2<TypeConfig> for PeerNetwork {
+impl<T: Transport> RaftNetworkV2<TypeConfig> for PeerNetwork<T> {
     type SnapshotData = tokio::fs::File;
 
     async fn append_entries(
@@ -277,10 +376,10 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let timeout = append_timeout(&rpc, &option);
         let outcome = Outcome::new(&self.health, &option);
-        let answer = self.client.call(PeerRequest::AppendEntries(rpc), timeout).await;
+        let answer = self.call(RaftRequest::AppendEntries(rpc), timeout).await;
         outcome.report(&answer);
         match answer.map_err(transport)? {
-            PeerResponse::AppendEntries(r) => r.map_err(remote),
+            RaftResponse::AppendEntries(r) => r.map_err(remote),
             _ => Err(wrong()),
         }
     }
@@ -290,13 +389,18 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let outcome = Outcome::new(&self.health, &option);
-        let answer = self.client.call(PeerRequest::Vote(rpc), timeout(&option)).await;
-        outcome.report(&answer);
-        match answer.map_err(transport)? {
-            PeerResponse::Vote(r) => r.map_err(remote),
-            _ => Err(wrong()),
-        }
+        self.ask_vote(RaftRequest::Vote(rpc), &option).await
+    }
+
+    /// openraft's pre-vote. Its default grants every pre-vote without asking, which would
+    /// make every round a real election: the receiver decides here (its leader lease and the
+    /// candidate's log), and a member that does not answer grants nothing.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.ask_vote(RaftRequest::PreVote(rpc), &option).await
     }
 
     async fn full_snapshot(

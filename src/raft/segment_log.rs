@@ -8,8 +8,8 @@
 //! # Why not redb
 //! A redb commit rewrites a header and about seven copy-on-write pages at scattered offsets,
 //! and this machine's fdatasync costs per separate extent: `cargo bench --bench log_commit`
-//! measured 169–319 µs for a redb commit of one entry against 84–88 µs for an overwrite of
-//! preallocated space (BENCHMARKS.md, twelfth pass). An append here is one `pwrite` of the
+//! measured 180 µs (200 B) to 333 µs (5,000 B) for a redb commit of one entry against 86–105 µs for an overwrite of
+//! preallocated space (docs/perf/pass-12.md). An append here is one `pwrite` of the
 //! encoded entries into space written with zeros beforehand, then one `fdatasync`: the file's
 //! size and extents do not change, so only the data pages are flushed.
 //!

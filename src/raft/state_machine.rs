@@ -1,15 +1,10 @@
 //! The Raft state machine: applies committed entries to the DataTree in log order, assigns
 //! each its zxid, and hands the resulting changes to the [`ApplyHook`] (the watch manager)
 //! while still holding the tree's write lock, so no read can observe a change before its
-//! watch events are queued.
-//!
-//! # Snapshots (`<dataDir>/version-2/snapshot-<term>-<index>.bin`, see [`super::layout`])
-//! postcard encoding of [`SnapshotFile`]: the last applied log id, the membership and the whole
-//! tree. Built from an O(1) clone of the persistent tree, so apply never waits for a snapshot
-//! to be written. The newest file is loaded at start; older ones are removed after a new one
-//! is durable (fsynced and renamed into place). Files are decoded streamed, never read whole
-//! into memory; openraft's snapshot data is the open file itself (sent to followers from it,
-//! received from a leader into `receiving-*.tmp`), and its meta comes from the file's header.
+//! watch events are queued. The waiters of the txns this server proposed are taken from the
+//! registry ([`super::wait`]) by the entry's log id and answered one by one, as each txn is
+//! applied. Snapshot files are [`super::snapshot`]'s. ZooKeeper's counterpart:
+//! `FinalRequestProcessor` applying to the `ZKDatabase`.
 
 use std::path::Path;
 use std::path::PathBuf;
@@ -21,19 +16,29 @@ use openraft::storage::EntryResponder;
 use openraft::storage::RaftStateMachine;
 use openraft::EntryPayload;
 use openraft::OptionalSend;
-use openraft::RaftSnapshotBuilder;
-use serde::Deserialize;
-use serde::Serialize;
 
 use super::next_zxid;
+use super::snapshot::decode_snapshot;
+use super::snapshot::install_snapshot_file;
+use super::snapshot::newest_snapshot;
+use super::snapshot::open_snapshot;
+use super::snapshot::receiving_path;
+use super::snapshot::remove_where;
+use super::snapshot::snap_err;
+use super::snapshot::write_snapshot_with;
+use super::snapshot::SnapshotBuilder;
+use super::snapshot::SnapshotFile;
+use super::snapshot::RECEIVING_PREFIX;
+use super::wait::Waiters;
 use super::LogId;
 use super::Snapshot;
 use super::SnapshotMeta;
 use super::StoredMembership;
 use super::TypeConfig;
+use crate::tree::txn::TxnOp;
+use crate::tree::txn::TxnResult;
 use crate::tree::Change;
 use crate::tree::DataTree;
-use crate::txn::TxnResult;
 
 /// Called for every applied entry with its zxid and changes, under the tree's write lock.
 pub trait ApplyHook: Send + Sync + 'static {
@@ -55,7 +60,22 @@ pub struct SharedTree {
     pub snapshot_zxid: std::sync::atomic::AtomicI64,
 }
 
+impl Default for SharedTree {
+    fn default() -> Self {
+        SharedTree::new()
+    }
+}
+
 impl SharedTree {
+    /// A shared empty tree.
+    pub fn new() -> SharedTree {
+        SharedTree {
+            tree: RwLock::new(DataTree::new()),
+            applied: tokio::sync::watch::channel(0).0,
+            snapshot_zxid: Default::default(),
+        }
+    }
+
     /// Reads the tree. A poisoned lock means an apply panicked: the process state is suspect,
     /// and continuing with the data is still better than refusing every read.
     pub fn read(&self) -> std::sync::RwLockReadGuard<'_, DataTree> {
@@ -74,52 +94,6 @@ impl SharedTree {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone)]
-struct SnapshotFile {
-    last_applied: Option<LogId>,
-    membership: StoredMembership,
-    tree: DataTree,
-}
-
-/// The fields of a [`SnapshotFile`] before the tree (postcard writes fields in order), so
-/// openraft's snapshot meta is read without decoding the tree.
-#[derive(Deserialize)]
-struct SnapshotHeader {
-    last_applied: Option<LogId>,
-    membership: StoredMembership,
-}
-
-/// Decodes a snapshot (or its header) straight from the file, without reading the whole
-/// file into memory first. postcard's reader needs scratch space as large as the largest
-/// single string or byte field; the file's length bounds that, and the zeroed buffer costs
-/// only the pages a field actually touches.
-fn decode_from<T: serde::de::DeserializeOwned>(file: &mut std::fs::File, scratch_len: usize) -> std::io::Result<T> {
-    use std::io::Seek;
-    file.seek(std::io::SeekFrom::Start(0))?;
-    let mut scratch = vec![0u8; scratch_len.max(64 << 10)];
-    let reader = std::io::BufReader::with_capacity(1 << 20, &mut *file);
-    let (value, _) = postcard::from_io((reader, scratch.as_mut_slice())).map_err(std::io::Error::other)?;
-    Ok(value)
-}
-
-/// Decodes a whole snapshot file.
-fn decode_snapshot(file: &mut std::fs::File) -> std::io::Result<SnapshotFile> {
-    let len = file.metadata()?.len();
-    let decoded = decode_from(file, usize::try_from(len).unwrap_or(usize::MAX));
-    crate::tree::acl::forget_decoded();
-    decoded
-}
-
-/// Opens a snapshot file and reads openraft's meta from its header; the returned file is
-/// positioned at its start, ready to be streamed to a follower.
-fn open_snapshot(path: &Path) -> std::io::Result<(SnapshotMeta, std::fs::File)> {
-    use std::io::Seek;
-    let mut file = std::fs::File::open(path)?;
-    let header: SnapshotHeader = decode_from(&mut file, 64 << 10)?;
-    file.seek(std::io::SeekFrom::Start(0))?;
-    Ok((meta_of(header.last_applied, header.membership), file))
-}
-
 /// openraft 0.10's storage traits speak `std::io::Error`.
 type StorageError = std::io::Error;
 
@@ -127,125 +101,30 @@ fn sm_err(e: impl std::fmt::Display) -> StorageError {
     std::io::Error::other(format!("applying to the state machine: {e}"))
 }
 
-fn snap_err(e: impl std::fmt::Display) -> StorageError {
-    std::io::Error::other(format!("snapshot: {e}"))
-}
-
 /// The state machine.
 pub struct StateMachine {
     shared: Arc<SharedTree>,
     hook: Arc<dyn ApplyHook>,
+    waiters: Arc<Waiters>,
     last_applied: Option<LogId>,
     membership: StoredMembership,
     dir: PathBuf,
 }
 
-fn snapshot_path(dir: &Path, log_id: &Option<LogId>) -> PathBuf {
-    let (term, index) = log_id.map_or((0, 0), |l| (l.leader_id.term, l.index));
-    dir.join(format!("snapshot-{term:020}-{index:020}.bin"))
-}
-
-fn newest_snapshot(dir: &Path) -> std::io::Result<Option<PathBuf>> {
-    let mut best: Option<PathBuf> = None;
-    for entry in std::fs::read_dir(dir)? {
-        let p = entry?.path();
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with("snapshot-") && name.ends_with(".bin") && best.as_ref().is_none_or(|b| p > *b) {
-            best = Some(p);
-        }
-    }
-    Ok(best)
-}
-
-fn meta_of(last_applied: Option<LogId>, membership: StoredMembership) -> SnapshotMeta {
-    SnapshotMeta { last_log_id: last_applied, last_membership: membership }
-}
-
-/// Prefix of the files a snapshot from the leader is received into.
-const RECEIVING_PREFIX: &str = "receiving-";
-
-/// Removes the files in `dir` whose names `doomed` picks (best effort: one that cannot be
-/// removed stays). A file still open elsewhere keeps its data for whoever holds it (a
-/// snapshot being sent, or one still being received).
-fn remove_where(dir: &Path, doomed: impl Fn(&str) -> bool) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let p = entry?.path();
-        if doomed(p.file_name().and_then(|n| n.to_str()).unwrap_or("")) {
-            let _ = std::fs::remove_file(&p);
-        }
-    }
-    Ok(())
-}
-
-/// Removes the snapshots older than `newest` (their names sort as their log ids do). Newer
-/// ones and `.tmp` files stay: openraft builds a snapshot in a task of its own, which may
-/// still be writing its `.tmp`, or finish after a newer snapshot was installed from the leader.
-fn remove_older_snapshots(dir: &Path, newest: &Path) -> std::io::Result<()> {
-    let newest = newest.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    remove_where(dir, |name| name.starts_with("snapshot-") && name.ends_with(".bin") && name < newest)
-}
-
-/// Writes a snapshot file durably through `fill` (temp file, fsync, rename, fsync the
-/// directory), removes older ones, and returns the file's size.
-fn write_snapshot_with(
-    dir: &Path,
-    last: &Option<LogId>,
-    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
-) -> std::io::Result<u64> {
-    use std::io::Write;
-    let path = snapshot_path(dir, last);
-    let tmp = path.with_extension("tmp");
-    let size = {
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
-        fill(&mut w)?;
-        w.flush()?;
-        let f = w.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        f.metadata()?.len()
-    };
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(dir)?.sync_all()?;
-    remove_older_snapshots(dir, &path)?;
-    Ok(size)
-}
-
-/// The path of `file` if it is one of the files `begin_receiving_snapshot` made in `dir`
-/// (matched by device and inode, not by name).
-fn receiving_path(dir: &Path, file: &std::fs::File) -> std::io::Result<Option<PathBuf>> {
-    use std::os::unix::fs::MetadataExt;
-    let want = file.metadata()?;
-    for entry in std::fs::read_dir(dir)? {
-        // An entry that vanished or cannot be read is not the open file looked for.
-        let Ok(entry) = entry else { continue };
-        let name = entry.file_name();
-        if !name.to_str().is_some_and(|n| n.starts_with(RECEIVING_PREFIX)) {
-            continue;
-        }
-        let Ok(m) = entry.metadata() else { continue };
-        if m.dev() == want.dev() && m.ino() == want.ino() {
-            return Ok(Some(entry.path()));
-        }
-    }
-    Ok(None)
-}
-
-/// Moves a received (already fsynced) snapshot file into place: rename, fsync the
-/// directory, remove older snapshots. Returns its size.
-fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId>) -> std::io::Result<u64> {
-    let path = snapshot_path(dir, last);
-    std::fs::rename(received, &path)?;
-    std::fs::File::open(dir)?.sync_all()?;
-    remove_older_snapshots(dir, &path)?;
-    Ok(std::fs::metadata(&path)?.len())
-}
-
 impl StateMachine {
-    /// Opens the state machine from the newest snapshot in `dir`, if any.
-    pub fn open(dir: &Path, shared: Arc<SharedTree>, hook: Arc<dyn ApplyHook>) -> Result<StateMachine, String> {
+    /// Opens the state machine from the newest snapshot in `dir`, if any. `waiters` holds the
+    /// waiters of the txns this server proposes.
+    pub fn open(
+        dir: &Path,
+        shared: Arc<SharedTree>,
+        hook: Arc<dyn ApplyHook>,
+        waiters: Arc<Waiters>,
+    ) -> Result<StateMachine, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let mut sm = StateMachine {
             shared,
             hook,
+            waiters,
             last_applied: None,
             membership: StoredMembership::default(),
             dir: dir.to_owned(),
@@ -276,47 +155,6 @@ impl StateMachine {
             sm.shared.snapshot_zxid.store(last_zxid, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(sm)
-    }
-}
-
-/// Builds snapshots from an O(1) clone of the tree.
-pub struct SnapshotBuilder {
-    file: SnapshotFile,
-    dir: PathBuf,
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    type SnapshotData = tokio::fs::File;
-
-    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let started = std::time::Instant::now();
-        // Streamed to the file on a blocking thread: no second copy of the whole tree in
-        // memory, and the runtime's workers keep serving meanwhile. openraft keeps only the
-        // returned meta; followers get the data from the file (`get_current_snapshot`).
-        let (file, dir) = (self.file.clone(), self.dir.clone());
-        let size = tokio::task::spawn_blocking(move || {
-            write_snapshot_with(&dir, &file.last_applied, |w| {
-                postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
-            })
-        })
-        .await
-        .map_err(snap_err)?
-        .map_err(snap_err)?;
-        metrics::gauge!("warden_raft_snapshot_build_seconds").set(started.elapsed().as_secs_f64());
-        metrics::gauge!("warden_raft_snapshot_bytes").set(size as f64);
-        metrics::counter!("warden_raft_snapshots_built").increment(1);
-        tracing::info!(
-            index = self.file.last_applied.map_or(0, |l| l.index),
-            bytes = size,
-            ms = started.elapsed().as_millis() as u64,
-            "snapshot written"
-        );
-        let path = snapshot_path(&self.dir, &self.file.last_applied);
-        let file = std::fs::File::open(&path).map_err(snap_err)?;
-        Ok(Snapshot {
-            meta: meta_of(self.file.last_applied, self.file.membership.clone()),
-            snapshot: tokio::fs::File::from_std(file),
-        })
     }
 }
 
@@ -376,24 +214,25 @@ impl StateMachine {
     /// and membership entries).
     pub fn apply_entries(&mut self, entries: Vec<crate::raft::typ::Entry>) -> Vec<Vec<TxnResult>> {
         let mut out = Vec::new();
-        let mut hooks = Vec::new();
         let last_zxid = {
             let mut tree = self.shared.write();
             for entry in entries {
                 self.last_applied = Some(entry.log_id);
+                // Every entry, blank ones too: applying index i fails whatever this server
+                // registered at i or below under another log id (see `Waiters`).
+                let mut answers = self.waiters.take_applied(&entry.log_id).map(Vec::into_iter);
                 match entry.payload {
                     EntryPayload::Blank => out.push(Vec::new()),
                     EntryPayload::Normal(batch) => {
                         // Proposed here: each txn's waiter is answered as soon as that txn is
                         // applied (after its watch events are queued), while the rest of the
                         // batch is still being applied.
-                        let mut answers = batch.hooks.take_answers().map(Vec::into_iter);
                         let mut results = Vec::with_capacity(batch.txns.len());
                         for txn in batch.txns.iter() {
                             let zxid = next_zxid(&tree);
                             let (outcome, changes) = tree.apply(zxid, txn);
                             self.hook.applied(zxid, txn.session_id, &changes);
-                            if let (crate::txn::TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
+                            if let (TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
                                 self.hook.session_closed(*session_id);
                             }
                             let result = TxnResult { zxid, outcome };
@@ -402,7 +241,6 @@ impl StateMachine {
                             }
                             results.push(result);
                         }
-                        hooks.push(batch.hooks);
                         out.push(results);
                     }
                     EntryPayload::Membership(m) => {
@@ -413,22 +251,8 @@ impl StateMachine {
             }
             tree.last_zxid()
         };
-        // The proposer learns its batches are answered (see `LocalHooks`); openraft's answer
-        // carries the results too, for a batch applied without its hooks.
-        for h in hooks {
-            h.applied();
-        }
         self.shared.applied.send_replace(last_zxid);
         out
-    }
-
-    /// A file to receive a snapshot from the leader into: chunks go straight to it, so a
-    /// large snapshot never sits whole in memory.
-    pub fn begin_receiving_snapshot(dir: &Path) -> Result<tokio::fs::File, StorageError> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let path = dir.join(format!("{RECEIVING_PREFIX}{nanos}.tmp"));
-        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(snap_err)?;
-        Ok(tokio::fs::File::from_std(file))
     }
 
     /// The directory snapshots live in.
@@ -485,11 +309,14 @@ impl StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::snapshot::begin_receiving;
+    use crate::raft::snapshot::snapshot_path;
     use crate::raft::typ::Entry;
+    use crate::raft::TxnBatch;
     use crate::tree::acl::AclEntry;
-    use crate::txn::CreateOp;
-    use crate::txn::Txn;
-    use crate::txn::TxnOp;
+    use crate::tree::txn::CreateOp;
+    use crate::tree::txn::Txn;
+    use openraft::RaftSnapshotBuilder;
 
     fn create(tree: &mut DataTree, path: &str, data: Vec<u8>) {
         let op = TxnOp::Create(CreateOp {
@@ -543,15 +370,19 @@ mod tests {
     }
 
     fn state_machine(dir: &Path, tree: DataTree) -> StateMachine {
-        let (applied, _) = tokio::sync::watch::channel(0i64);
-        let shared = Arc::new(SharedTree { tree: RwLock::new(tree), applied, snapshot_zxid: Default::default() });
-        StateMachine::open(dir, shared, Arc::new(NoHook)).expect("open state machine")
+        state_machine_with(dir, tree, Arc::new(Waiters::default()))
+    }
+
+    fn state_machine_with(dir: &Path, tree: DataTree, waiters: Arc<Waiters>) -> StateMachine {
+        let shared = SharedTree::new();
+        *shared.write() = tree;
+        StateMachine::open(dir, Arc::new(shared), Arc::new(NoHook), waiters).expect("open state machine")
     }
 
     /// The hook of a test that sees, at each txn's apply, which of the batch's answers have
     /// already arrived.
     struct AnsweredSoFar {
-        rx: std::sync::Mutex<Vec<tokio::sync::oneshot::Receiver<Result<TxnResult, crate::dispatch::ProposeError>>>>,
+        rx: std::sync::Mutex<Vec<tokio::sync::oneshot::Receiver<Result<TxnResult, crate::raft::ProposeError>>>>,
         got: std::sync::Mutex<Vec<(i64, TxnResult)>>,
         seen: std::sync::Mutex<Vec<usize>>,
     }
@@ -569,8 +400,8 @@ mod tests {
     }
 
     /// The server that proposed a batch answers each txn the moment it is applied, before the
-    /// batch's next txn is applied, with the result openraft gets too; then it reports the
-    /// batch applied, and the proposer has nothing left to answer.
+    /// batch's next txn is applied, with the result openraft gets too, and nothing is left
+    /// registered.
     #[tokio::test]
     async fn each_txn_is_answered_as_soon_as_it_is_applied() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -580,10 +411,9 @@ mod tests {
             got: Default::default(),
             seen: Default::default(),
         });
-        let (applied, _) = tokio::sync::watch::channel(0i64);
-        let shared =
-            Arc::new(SharedTree { tree: RwLock::new(DataTree::new()), applied, snapshot_zxid: Default::default() });
-        let mut sm = StateMachine::open(dir.path(), shared, hook.clone()).expect("open state machine");
+        let waiters = Arc::new(Waiters::default());
+        let mut sm = StateMachine::open(dir.path(), Arc::new(SharedTree::new()), hook.clone(), waiters.clone())
+            .expect("open state machine");
 
         let txn = |op| Txn { session_id: 0, time_ms: 1, auth: Default::default(), op };
         let create = || {
@@ -596,13 +426,10 @@ mod tests {
             })
         };
         let set = TxnOp::SetData { path: "/a".into(), data: Some(bytes::Bytes::from_static(b"y")), version: -1 };
-        let (hooks, mut waits) = crate::txn::LocalHooks::new(txs);
-        let mut batch = crate::txn::TxnBatch::new(vec![txn(create()), txn(set), txn(create())]);
-        batch.hooks = hooks;
-        let entry = Entry {
-            log_id: LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, 1),
-            payload: EntryPayload::Normal(batch),
-        };
+        let log_id = LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, 1);
+        waiters.register(log_id, txs);
+        let batch = TxnBatch::new(vec![txn(create()), txn(set), txn(create())]);
+        let entry = Entry { log_id, payload: EntryPayload::Normal(batch) };
         let out = sm.apply_entries(vec![entry]);
 
         // At the second txn's apply the first was answered, at the third the first two.
@@ -615,41 +442,39 @@ mod tests {
         assert!(answers[0].outcome.is_ok() && answers[1].outcome.is_ok());
         assert!(answers[2].outcome.is_err(), "the second create of /a fails: {:?}", answers[2]);
         assert!(answers.windows(2).all(|w| w[0].zxid < w[1].zxid));
-        assert!((&mut waits.applied).await.is_ok(), "the batch is reported applied");
-        assert!(waits.take_answers().is_none(), "nothing left for the proposer to answer");
+        assert!(waiters.is_empty(), "nothing left for the proposer to answer");
     }
 
-    /// One apply call with several entries: each hooked batch's waiters get that batch's
-    /// results, whatever entries come between (a blank one, a batch without hooks); and hooks
-    /// dropped without an apply hand the waiters back to the proposer.
+    /// One apply call with several entries: each registered entry's waiters get that entry's
+    /// results, whatever entries come between (a blank one, one proposed elsewhere); a
+    /// registration the applied log replaced is failed.
     #[tokio::test]
     async fn answers_line_up_with_their_entries() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut sm = state_machine(dir.path(), DataTree::new());
+        let waiters = Arc::new(Waiters::default());
+        let mut sm = state_machine_with(dir.path(), DataTree::new(), waiters.clone());
         let create = |path: &str| Txn {
             session_id: 0,
             time_ms: 1,
             auth: Default::default(),
             op: TxnOp::Create(CreateOp { path: path.into(), data: None, acl: AclEntry::open(), flags: 0, ttl: -1 }),
         };
-        let hooked = |paths: &[&str]| {
+        let id = |term, index| LogId::new(crate::raft::LeaderId { term, node_id: 0 }, index);
+        let registered = |log_id, paths: &[&str]| {
             let (txs, rxs): (Vec<_>, Vec<_>) = paths.iter().map(|_| tokio::sync::oneshot::channel()).unzip();
-            let (hooks, waits) = crate::txn::LocalHooks::new(txs);
-            let mut batch = crate::txn::TxnBatch::new(paths.iter().map(|p| create(p)).collect());
-            batch.hooks = hooks;
-            (batch, waits, rxs)
+            waiters.register(log_id, txs);
+            (TxnBatch::new(paths.iter().map(|p| create(p)).collect()), rxs)
         };
-        let (b1, mut w1, r1) = hooked(&["/a", "/a"]);
-        let (b3, mut w3, r3) = hooked(&["/c"]);
-        let entry = |index, payload| Entry {
-            log_id: LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, index),
-            payload,
-        };
+        let (b1, r1) = registered(id(1, 1), &["/a", "/a"]);
+        let (b4, r4) = registered(id(1, 4), &["/c"]);
+        // Registered at index 3 under term 1, but the log has term 2's entry there.
+        let (_, mut replaced) = registered(id(1, 3), &["/x"]);
+        let entry = |log_id, payload| Entry { log_id, payload };
         let entries = vec![
-            entry(1, EntryPayload::Normal(b1)),
-            entry(2, EntryPayload::Blank),
-            entry(3, EntryPayload::Normal(crate::txn::TxnBatch::new(vec![create("/b")]))),
-            entry(4, EntryPayload::Normal(b3)),
+            entry(id(1, 1), EntryPayload::Normal(b1)),
+            entry(id(1, 2), EntryPayload::Blank),
+            entry(id(2, 3), EntryPayload::Normal(TxnBatch::new(vec![create("/b")]))),
+            entry(id(1, 4), EntryPayload::Normal(b4)),
         ];
         let out = sm.apply_entries(entries);
         assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 0, 1, 1]);
@@ -662,20 +487,10 @@ mod tests {
                 .collect()
         };
         assert_eq!(got(r1), out[0]);
-        assert_eq!(got(r3), out[3]);
+        assert_eq!(got(r4), out[3]);
         assert!(out[0][1].outcome.is_err(), "the second create of /a fails");
-        for w in [&mut w1, &mut w3] {
-            assert!((&mut w.applied).await.is_ok());
-            assert!(w.take_answers().is_none());
-        }
-
-        // An entry dropped unapplied (read back from disk later, or failed): the proposer
-        // learns it and gets its waiters back to answer from openraft's reply.
-        let (b, mut w, _rx) = hooked(&["/d"]);
-        drop(b);
-        let done = tokio::time::timeout(std::time::Duration::from_secs(10), &mut w.applied).await;
-        assert!(matches!(done, Ok(Err(_))), "no apply through the hooks: {done:?}");
-        assert_eq!(w.take_answers().map(|a| a.len()), Some(1));
+        assert!(matches!(replaced[0].try_recv(), Ok(Err(_))), "the replaced entry's waiter is failed");
+        assert!(waiters.is_empty());
     }
 
     fn names(dir: &Path) -> Vec<String> {
@@ -705,8 +520,8 @@ mod tests {
 
         let mut follower = state_machine(follower_dir.path(), DataTree::new());
         // An abandoned transfer's file goes too.
-        drop(StateMachine::begin_receiving_snapshot(follower_dir.path()).expect("begin"));
-        let mut receiving = StateMachine::begin_receiving_snapshot(follower_dir.path()).expect("begin");
+        drop(begin_receiving(follower_dir.path()).expect("begin"));
+        let mut receiving = begin_receiving(follower_dir.path()).expect("begin");
         receiving.write_all(&bytes).await.expect("write");
         let received_inode = std::os::unix::fs::MetadataExt::ino(&receiving.metadata().await.expect("metadata"));
         follower.install_snapshot(&built.meta, receiving).await.expect("install");

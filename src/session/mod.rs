@@ -1,20 +1,31 @@
 //! Session liveness: when each session was last heard from, which connection owns it, and
-//! which sessions have outlived their timeout. Counterpart of ZooKeeper's `SessionTracker`.
+//! which sessions have outlived their timeout. Counterpart of ZooKeeper's `SessionTracker`
+//! (`SessionTrackerImpl` on the leader, `LearnerSessionTracker` on a follower).
 //!
 //! The replicated session table (id, timeout, password, ephemerals) lives in the tree; this
-//! module only tracks time, locally. It never changes the tree: the expiry task in `server`
-//! proposes `CloseSession` for what [`SessionTracker::expired`] returns. A session found in
-//! the tree but never heard from here (after a restart or failover) first gets a whole fresh
-//! timeout: the grace period.
+//! module only tracks time, locally, and never changes the tree itself. Heartbeats are not
+//! replicated: a follower sends the sessions it heard from to the leader ([`send_touches`]),
+//! and the leader alone expires sessions ([`expire`]) by proposing `CloseSession` for what
+//! [`SessionTracker::expired`] returns. A session found in the tree but never heard from here
+//! (after a restart or failover) first gets a whole fresh timeout: the grace period.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
+
+use crate::peer::PeerRequest;
+use crate::peer::Peers;
+use crate::raft::state_machine::SharedTree;
+use crate::raft::Raft;
+use crate::raft::TxnBatch;
+use crate::tree::txn::Txn;
+use crate::tree::txn::TxnOp;
 
 struct Local {
     timeout: Duration,
@@ -37,8 +48,7 @@ pub struct SessionTracker {
 impl SessionTracker {
     /// A tracker for a server with id `server_id`.
     pub fn new(server_id: u64) -> SessionTracker {
-        let millis =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let millis = crate::clock::now_ms();
         // SessionTrackerImpl.initializeNextSessionId: time in the middle bits, server id on top.
         let base = ((millis << 24) as u64 >> 8) as i64 | ((server_id as i64) << 56);
         SessionTracker {
@@ -174,5 +184,90 @@ impl SessionTracker {
     /// Number of sessions with a live connection here.
     pub fn connected(&self) -> usize {
         self.lock().values().filter(|l| l.owner.is_some()).count()
+    }
+}
+
+/// How often the expirer looks and a follower sends its touches: a quarter tick, within
+/// 20-500 ms.
+pub fn period(tick_ms: u32) -> Duration {
+    Duration::from_millis((u64::from(tick_ms) / 4).clamp(20, 500))
+}
+
+/// The leader's expirer: proposes `CloseSession` for sessions past their timeout. A new
+/// leader first gives every session a fresh timeout plus two ticks of slack (the failover
+/// grace, like the tick rounding of ZooKeeper's `ExpiryQueue` plus the time a client needs to
+/// give up on a frozen server and try the next one).
+pub async fn expire(
+    raft: Raft,
+    tree: Arc<SharedTree>,
+    tracker: Arc<SessionTracker>,
+    tick_ms: u32,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(period(tick_ms));
+    let mut was_leader = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if !raft.is_leader() {
+            was_leader = false;
+            continue;
+        }
+        if !was_leader {
+            tracker.grace_all(Duration::from_millis(2 * u64::from(tick_ms)));
+            was_leader = true;
+        }
+        let known: Vec<(i64, i32)> = tree.read().sessions().map(|(id, s)| (*id, s.timeout_ms)).collect();
+        for session_id in tracker.expired(known.into_iter()) {
+            let (raft, tracker) = (raft.clone(), tracker.clone());
+            tokio::spawn(async move {
+                let txn = Txn {
+                    session_id: 0,
+                    time_ms: crate::clock::now_ms(),
+                    auth: Default::default(),
+                    op: TxnOp::CloseSession { session_id },
+                };
+                // Only as leader, never forwarded: a leader that was frozen and does not yet
+                // know it was replaced cannot commit this.
+                match raft.propose(TxnBatch::new(vec![txn])).await {
+                    Ok(_) => {
+                        metrics::counter!("warden_sessions_expired").increment(1);
+                        tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
+                        tracker.remove(session_id);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "closing an expired session failed; will retry");
+                        tracker.retry_close(session_id);
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// A follower tells the leader which sessions it heard from (pings are answered locally).
+pub async fn send_touches(
+    raft: Raft,
+    peers: Peers,
+    tracker: Arc<SessionTracker>,
+    tick_ms: u32,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(period(tick_ms));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let Some((leader, addr)) = raft.status().leader_addr().filter(|(l, _)| *l != raft.id()) else { continue };
+        let touched = tracker.take_touched();
+        if touched.is_empty() {
+            continue;
+        }
+        if let Err(e) = peers.client(leader, &addr).call(PeerRequest::Touch(touched), Duration::from_secs(2)).await {
+            tracing::debug!(error = %e, "session touches not delivered");
+        }
     }
 }

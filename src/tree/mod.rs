@@ -13,6 +13,7 @@ pub mod acl;
 pub mod digest;
 pub mod nodes;
 pub mod path;
+pub mod txn;
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -31,11 +32,11 @@ use self::acl::AuthId;
 use self::digest::ZxidDigest;
 use self::nodes::NodeMap;
 pub use self::nodes::NodeRef;
-use crate::txn::CreateOp;
-use crate::txn::OpResult;
-use crate::txn::Txn;
-use crate::txn::TxnOp;
-use crate::txn::TxnOutput;
+use self::txn::CreateOp;
+use self::txn::OpResult;
+use self::txn::Txn;
+use self::txn::TxnOp;
+use self::txn::TxnOutput;
 
 /// `ephemeralOwner` of a container (`EphemeralType.CONTAINER_EPHEMERAL_OWNER`).
 pub const CONTAINER_OWNER: i64 = i64::MIN;

@@ -16,12 +16,15 @@ use jute::EventType;
 use jute::KeeperState;
 use jute::WatcherEvent;
 
-use crate::raft::state_machine::ApplyHook;
 use crate::tree::acl;
 use crate::tree::acl::AclEntry;
 use crate::tree::path;
 use crate::tree::Change;
 use crate::tree::DataTree;
+
+/// The paths of a `setWatches2`: data, exist, child, persistent and persistent-recursive
+/// watches.
+pub type SetWatches<'a> = (&'a [String], &'a [String], &'a [String], &'a [String], &'a [String]);
 
 /// How a watch behaves after firing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,19 +276,10 @@ impl WatchManager {
     }
 
     /// `setWatches`/`setWatches2` on reconnect (`DataTree.setWatches`): fires what changed
-    /// since `relative_zxid`, re-registers the rest. Returns how many events were queued.
-    #[allow(clippy::too_many_arguments)]
-    pub fn set_watches(
-        &self,
-        tree: &DataTree,
-        session: i64,
-        relative_zxid: i64,
-        data: &[String],
-        exist: &[String],
-        child: &[String],
-        persistent: &[String],
-        recursive: &[String],
-    ) {
+    /// since `relative_zxid`, re-registers the rest. `watches` are the data, exist, child,
+    /// persistent and persistent-recursive watches the client held.
+    pub fn set_watches(&self, tree: &DataTree, session: i64, relative_zxid: i64, watches: SetWatches<'_>) {
+        let (data, exist, child, persistent, recursive) = watches;
         let zxid = tree.last_zxid();
         let mut inner = self.lock();
         for p in data {
@@ -350,11 +344,5 @@ impl WatchManager {
     pub fn count(&self) -> usize {
         let inner = self.lock();
         inner.data.values().map(HashMap::len).sum::<usize>() + inner.child.values().map(HashMap::len).sum::<usize>()
-    }
-}
-
-impl ApplyHook for WatchManager {
-    fn applied(&self, zxid: i64, _session_id: i64, changes: &[Change]) {
-        self.trigger(zxid, changes);
     }
 }

@@ -1,6 +1,7 @@
-//! Connection and server statistics: what `cons`, `stat`, `srvr`, `mntr` and the metrics
-//! exporter report (ZooKeeper's `ServerStats` and `ServerCnxn` counters), and this module's
-//! Prometheus metric names.
+//! Server statistics: what `cons`, `stat`, `srvr`, `mntr` and the metrics exporter report
+//! (ZooKeeper's `ServerStats` and `ServerCnxn` counters), and this module's Prometheus metric
+//! names. Server-level: the client port updates them, admin reads them, and nothing here
+//! knows either.
 //!
 //! Counters are atomics updated by each connection task; the registry of live connections is
 //! a std `Mutex<HashMap>` touched only when a connection opens or closes and when an operator
@@ -24,9 +25,10 @@ pub mod names {
     pub const CONNECTION_REQUESTS: &str = "connection_request_count";
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+use crate::clock::now_ms;
+
+/// ZooKeeper's default trace mask (`ZooTrace`), which `gtmk` reports until `stmk` sets another.
+pub const DEFAULT_TRACE_MASK: i64 = 306;
 
 /// ZooKeeper's short operation names as `cons` prints them (`FinalRequestProcessor` lastOp).
 pub fn short_op(op: jute::OpCode) -> &'static str {
@@ -234,7 +236,7 @@ pub struct ServerStats {
     conns: Mutex<HashMap<u64, Arc<ConnStats>>>,
     /// The current activity window, and how many connections have sent a packet in it: how
     /// many clients the server is serving at once (the worker placement follows it, see
-    /// `crate::placement`). Counting costs a connection one shared load per packet and one
+    /// `crate::runtime::workers`). Counting costs a connection one shared load per packet and one
     /// shared increment per window, not a walk over every connection.
     window: AtomicU64,
     active_in_window: AtomicU64,
@@ -270,7 +272,7 @@ impl Default for ServerStats {
             auth_failed: AtomicU64::new(0),
             received_total: AtomicU64::new(0),
             sent_total: AtomicU64::new(0),
-            trace_mask: AtomicI64::new(crate::admin::four_letter::DEFAULT_TRACE_MASK),
+            trace_mask: AtomicI64::new(DEFAULT_TRACE_MASK),
             conns: Mutex::new(HashMap::new()),
             window: AtomicU64::new(0),
             active_in_window: AtomicU64::new(0),
@@ -344,12 +346,12 @@ impl ServerStats {
 
     /// Closes the current activity window: the number of connections that sent a packet
     /// since the previous call, and how many packets came in since then.
-    pub fn take_window(&self) -> crate::placement::Window {
+    pub fn take_window(&self) -> crate::runtime::workers::Window {
         self.window.fetch_add(1, Ordering::Relaxed);
         let active = self.active_in_window.swap(0, Ordering::Relaxed);
         let received = self.received_total.load(Ordering::Relaxed);
         let before = self.received_at_window.swap(received, Ordering::Relaxed);
-        crate::placement::Window {
+        crate::runtime::workers::Window {
             active_connections: active,
             requests: received.saturating_sub(before),
             txns_applied: 0,

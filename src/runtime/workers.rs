@@ -9,7 +9,7 @@
 //! and an idle CPU seldom pulls a thread that ran within the last half millisecond). Under a
 //! 16 × 8 set load on 2 vCPUs, `perf sched` counted ~200 ms of run-queue delay per 500 ms
 //! for the two workers, and the server used 0.8 of 2 cores; pinned one to a CPU, set
-//! throughput rose by about a quarter (BENCHMARKS.md, nineteenth pass). Pinned workers cost
+//! throughput rose by about a quarter (docs/perf/pass-19.md). Pinned workers cost
 //! a lone client's round trips, though: its thread and the worker that serves it then sit on
 //! different CPUs, and waking a halted vCPU costs tens of µs each way (get 1×1 p50 0.033 →
 //! 0.085 ms in one run; the spread is wide on this host). So in `auto` mode the workers are
@@ -29,7 +29,7 @@
 //! soon exhausts tokio's LIFO slot), tokio wakes a parked worker to share the work. At one
 //! client's pace there is none to share: the woken worker finds the queue empty and parks
 //! again, and on this machine it often preempted the worker that had the work on the way
-//! (BENCHMARKS.md, twentieth pass: 36 thread switches per 1×1 write over the three members
+//! (docs/perf/pass-20.md: 36 thread switches per 1×1 write over the three members
 //! of an ensemble, 19 with one worker each). So in `auto` mode, while
 //! fewer than [`SPREAD_AT`] clients send at once, fewer than [`RELEASE_AT_REQUESTS`] client
 //! packets arrive per window and between [`HOLD_FROM_TXNS`] and [`RELEASE_AT_TXNS`] txns are
@@ -45,7 +45,7 @@
 //! writer releases held workers after each flush ([`Placement::woke_from_outside`]), and a
 //! worker is not held while tasks wait in tokio's global queue. At 1×1 writes on a 3-member
 //! ensemble that cut thread switches per write from 35 to 26 and CPU per write by 3–10%
-//! (BENCHMARKS.md, twenty-second pass).
+//! (docs/perf/pass-22.md).
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
@@ -60,17 +60,7 @@ use std::time::Duration;
 use nix::sched::CpuSet;
 use nix::unistd::Pid;
 
-/// `runtime.spreadWorkers` (Warden's own zoo.cfg key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Spread while several clients send at once, free otherwise, and on a standalone
-    /// server all workers but one held while a lone client writes (the default).
-    Auto,
-    /// Always one worker to a CPU.
-    Always,
-    /// Never pinned: the kernel places the workers.
-    Never,
-}
+pub use crate::config::SpreadWorkers as Mode;
 
 /// Mean connections active per window at and above which the workers are spread.
 pub const SPREAD_AT: f64 = 2.0;
@@ -87,7 +77,7 @@ pub const HOLD_BELOW_TXNS: f64 = 187.5;
 /// Mean txns applied per window from which workers are held (40 a second): the hold pays
 /// where a request passes through several tasks (connection, proposer, openraft's core and
 /// state machine); a lone reader, served on its connection's task, lost by it (get 1×1 p50
-/// +9%, set 1×1 −12%; BENCHMARKS.md, twentieth pass).
+/// ×1.09, set 1×1 p50 ×0.89; docs/perf/pass-20.md).
 pub const HOLD_FROM_TXNS: f64 = 1.0;
 /// Mean txns applied per window below which held workers are released again.
 pub const RELEASE_BELOW_TXNS: f64 = 0.5;
@@ -103,7 +93,7 @@ const HOLD_AT_MOST: Duration = Duration::from_millis(20);
 const SAMPLE_EVERY: Duration = Duration::from_millis(25);
 /// How often it samples a server that has been idle for [`IDLE_AFTER`] samples, with its
 /// workers neither spread nor held: each sample wakes a thread, and on an idle server that
-/// costs more than the rest of its idle work (BENCHMARKS.md, twenty-first pass).
+/// costs more than the rest of its idle work (docs/perf/pass-21.md).
 const IDLE_SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// Samples with no client packet and no txn applied after which sampling slows down.
 const IDLE_AFTER: u32 = 8;

@@ -1,7 +1,8 @@
-//! Which of a session's writes must wait for its earlier reads.
+//! Which of a session's writes must wait for its earlier reads (the client port keeps one
+//! [`WaitingReads`] per connection).
 //!
-//! A read sent behind a write of its own session waits for that write to be applied (see the
-//! parent module); a write sent after the read is proposed at once. If the state machine then
+//! A read sent behind a write of its own session waits for that write to be applied (see
+//! `crate::client`); a write sent after the read is proposed at once. If the state machine then
 //! applies that later write before the read has run, the read sees it: a `getData` with a
 //! watch returns the new data and sets its watch after the change, so the event the client
 //! expects for its own write never comes (ZooKeeper applies a session's requests in order, and
@@ -24,7 +25,8 @@ use std::sync::Arc;
 use jute::Request;
 use tokio::sync::watch;
 
-use crate::txn::TxnOp;
+use super::Write;
+use crate::tree::txn::TxnOp;
 
 /// One connection's reads (and syncs) that had to wait for earlier writes, for the writes
 /// sent after them.
@@ -56,6 +58,12 @@ impl Ticket {
     }
 }
 
+impl Default for WaitingReads {
+    fn default() -> Self {
+        WaitingReads::new()
+    }
+}
+
 impl WaitingReads {
     pub fn new() -> WaitingReads {
         WaitingReads { registered: 0, pending: VecDeque::new(), read: None }
@@ -79,7 +87,8 @@ impl WaitingReads {
 
     /// For a write sent now: `None` if it may be proposed at once, or else a future that
     /// resolves once every read registered before it has read.
-    pub fn hold(&mut self, op: &TxnOp) -> Option<impl Future<Output = ()> + Send + 'static> {
+    pub fn hold(&mut self, write: &Write) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let op = &write.txn.op;
         self.forget_ran();
         let conflict = self.pending.iter().any(|(scope, ran)| !ran.load(Ordering::Acquire) && may_change(op, *scope));
         // A pending read was registered, so the channel exists.
@@ -131,7 +140,7 @@ pub fn read_scope(request: &Request) -> Scope {
 /// Whether `op` may change what a read of `scope` looks at. A create or delete changes its
 /// node and its parent (children, `cversion`, `pzxid`); a sequential create's node is named
 /// only when applied, so it may change anything.
-pub fn may_change(op: &TxnOp, scope: Scope) -> bool {
+fn may_change(op: &TxnOp, scope: Scope) -> bool {
     let Scope::Node(read) = scope else { return !matches!(op, TxnOp::Check { .. } | TxnOp::Fail(_)) };
     let node_or_parent = |path: &str| path_hash(path) == read || path_hash(parent(path)) == read;
     match op {
@@ -148,7 +157,7 @@ pub fn may_change(op: &TxnOp, scope: Scope) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::txn::CreateOp;
+    use crate::tree::txn::CreateOp;
 
     fn create(path: &str, flags: i32) -> TxnOp {
         TxnOp::Create(CreateOp { path: path.into(), data: None, acl: Vec::new(), flags, ttl: -1 })
@@ -175,8 +184,13 @@ mod tests {
     async fn a_conflicting_write_is_held_until_the_reads_before_it_ran() {
         use futures::FutureExt;
         let mut reads = WaitingReads::new();
-        let set_b = TxnOp::SetData { path: "/b".into(), data: None, version: -1 };
-        let set_a = TxnOp::SetData { path: "/a".into(), data: None, version: -1 };
+        let write = |op| Write {
+            txn: crate::tree::txn::Txn { session_id: 1, time_ms: 0, auth: Default::default(), op },
+            op: jute::OpCode::SetData,
+            path_only: Vec::new(),
+        };
+        let set_b = write(TxnOp::SetData { path: "/b".into(), data: None, version: -1 });
+        let set_a = write(TxnOp::SetData { path: "/a".into(), data: None, version: -1 });
         let first = reads.register(get("/a"));
         let second = reads.register(get("/c"));
         assert!(reads.hold(&set_b).is_none(), "no waiting read looks at /b");

@@ -1,0 +1,262 @@
+//! One client connection after its handshake: the request loop and the one ordered outbound
+//! stream of replies and watch events (see the parent module for the ordering rules).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use futures::stream::FuturesOrdered;
+use futures::FutureExt;
+use futures::SinkExt;
+use futures::StreamExt;
+use jute::ClientMessage;
+use jute::ConnectResponse;
+use jute::ReplyHeader;
+use jute::Response;
+use jute::ServerCodec;
+use jute::ServerMessage;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio_util::codec::FramedRead;
+use tokio_util::codec::FramedWrite;
+
+use super::handshake::handshake;
+use super::handshake::Handshake;
+use super::request::Done;
+use super::request::Job;
+use super::request::Requests;
+use super::Port;
+use crate::dispatch::Event;
+use crate::stats;
+
+fn notification(e: Event) -> ServerMessage {
+    ServerMessage::Reply {
+        header: ReplyHeader { xid: -1, zxid: e.zxid, err: 0 },
+        response: Response::Notification(e.event),
+    }
+}
+
+/// A connection's first read buffer. Both buffers grow as a connection's traffic needs;
+/// tokio-util's 8 KiB each made an idle session cost 19.3 KiB of RSS, these 13.6 KiB
+/// (10,000 sessions of `warden-bench --workload sessions`; 6.9 KiB since the task, the event
+/// channel, two watch channels and the session's ephemerals set were trimmed, of which this
+/// buffer is now the largest part). A read buffer of 512 bytes cost 16×8 gets 7-10%: the decoded frames share
+/// the buffer, so a small one is replaced often.
+const READ_BUFFER: usize = 2048;
+/// A connection's first write buffer (see [`READ_BUFFER`]).
+const WRITE_BUFFER: usize = 512;
+/// Queued replies past which the writer flushes before taking more: tokio-util's default,
+/// which `with_capacity` would otherwise lower to [`WRITE_BUFFER`].
+const WRITE_BACKPRESSURE: usize = 8 * 1024;
+
+/// Why a connection must stop reading, or close.
+enum Control {
+    /// The server is shutting down.
+    Stop,
+    /// The server lost its quorum (or its leader).
+    Unserved,
+}
+
+/// Resolves on shutdown (while `watch_stop`) or once the server stops serving.
+async fn control(
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut serving: tokio::sync::watch::Receiver<bool>,
+    watch_stop: bool,
+) -> Control {
+    loop {
+        tokio::select! {
+            Ok(()) = stop.changed(), if watch_stop => return Control::Stop,
+            Ok(()) = serving.changed() => {
+                if !*serving.borrow() {
+                    return Control::Unserved;
+                }
+            }
+            else => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// One client connection.
+pub(super) async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    port: &Port,
+    conn_id: u64,
+    cs: &stats::ConnStats,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let d = &port.dispatcher;
+    let max = d.config().max_buffer;
+    let (rd, wr) = stream.into_split();
+    let mut reader = FramedRead::with_capacity(rd, ServerCodec::new(max), READ_BUFFER);
+    let mut writer = FramedWrite::with_capacity(wr, ServerCodec::new(max), WRITE_BUFFER);
+    writer.set_backpressure_boundary(WRITE_BACKPRESSURE);
+
+    // The handshake runs boxed: its futures (a session's creation goes through the log) are
+    // larger than the request loop's, and would otherwise size every connection's task for
+    // its whole life (`serve`'s future: 2,704 bytes before, 1,568 with the handshake boxed).
+    let Some(Handshake { session, caller, read_only }) =
+        Box::pin(handshake(&mut reader, &mut writer, port, peer, cs)).await
+    else {
+        return;
+    };
+    let session_id = session.id;
+    let (close_tx, mut close_rx) = oneshot::channel();
+    // futures' channel, not tokio's: tokio's allocates a block of 32 events up front, 1.8 KiB
+    // of every idle connection (heaptrack, 10,000 sessions); this one allocates per event.
+    let (ev_tx, mut ev_rx) = futures::channel::mpsc::unbounded();
+    d.attach(&caller, session.timeout, conn_id, close_tx, ev_tx.clone());
+    let resp = ConnectResponse {
+        protocol_version: 0,
+        time_out: session.timeout,
+        session_id,
+        passwd: session.passwd,
+        read_only: read_only.map(|_| false),
+    };
+    port.stats.packet_sent(None);
+    cs.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if writer.send(ServerMessage::Connect(resp)).await.is_err() {
+        d.detach(session_id, conn_id, &ev_tx);
+        return;
+    }
+    tracing::debug!(%peer, session = format_args!("{session_id:#x}"), timeout = session.timeout, "session established");
+    cs.session_id.store(session_id, std::sync::atomic::Ordering::Relaxed);
+    cs.timeout_ms.store(i64::from(session.timeout), std::sync::atomic::Ordering::Relaxed);
+    // A resumed session may hold watches set through its earlier connection.
+    let mut requests = Requests::new(d.clone(), port.stats.clone(), caller, session.resumed);
+
+    // Shutdown and loss of quorum, watched by one future kept across the loop's turns (made
+    // anew on each turn, the two watches' wait registrations cost 2% of the server's CPU
+    // under many small requests).
+    let mut control = Box::pin(control(stop.clone(), d.serving(), true));
+    let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
+    // The highest zxid a reply on this connection has carried.
+    let mut sent_zxid = 0i64;
+    let mut events: VecDeque<Event> = VecDeque::new();
+    let mut reading = true;
+    // Replies fed to the writer and not flushed yet: they go out in one write once no
+    // request already read is left to answer.
+    let mut unflushed = false;
+
+    loop {
+        if unflushed && !(reading && jute::codec::holds_frame(reader.read_buffer())) {
+            if writer.flush().await.is_err() {
+                break;
+            }
+            unflushed = false;
+        }
+        tokio::select! {
+            biased;
+            Some(done) = jobs.next() => {
+                // Every reply that is ready goes out in one write, with those of requests
+                // already read (see `unflushed`): a client with several requests in flight
+                // (pipelined reads, or writes one batch commits together) costs one syscall.
+                let mut next = Some(done);
+                let mut end = false;
+                while let Some(Done { xid, mut reply, close, op, short, started }) = next.take() {
+                    cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    // Reply zxids never go down on a connection, as ZooKeeper's (which answers
+                    // in log order) never do. A reply made when its request was read (a refusal,
+                    // an auth answer) or a failed write's may carry this server's applied zxid,
+                    // behind a write of the session answered before it (possibly before that
+                    // write was applied here); replies leave in request order, so it is raised.
+                    if reply.zxid >= 0 {
+                        reply.zxid = reply.zxid.max(sent_zxid);
+                        sent_zxid = reply.zxid;
+                    }
+                    while let Ok(e) = ev_rx.try_recv() {
+                        events.push_back(e);
+                    }
+                    while events.front().is_some_and(|e| e.zxid <= reply.zxid) {
+                        let Some(e) = events.pop_front() else { break };
+                        port.stats.packet_sent(None);
+                        if writer.feed(notification(e)).await.is_err() {
+                            break;
+                        }
+                    }
+                    cs.replied(short, xid, reply.zxid, started);
+                    port.stats.response_size.record(16 + reply.response.encoded_len() as i64);
+                    port.stats.packet_sent(Some((op, started.elapsed())));
+                    let msg = ServerMessage::Reply {
+                        header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
+                        response: reply.response,
+                    };
+                    if writer.feed(msg).await.is_err() || close || (!reading && jobs.is_empty()) {
+                        end = true;
+                        break;
+                    }
+                    next = jobs.next().now_or_never().flatten();
+                }
+                if end {
+                    let _ = writer.flush().await;
+                    break;
+                }
+                unflushed = true;
+            }
+            Some(e) = ev_rx.next() => {
+                events.push_back(e);
+                while let Some(e) = events.pop_front() {
+                    port.stats.packet_sent(None);
+                    if writer.feed(notification(e)).await.is_err() {
+                        break;
+                    }
+                }
+                if writer.flush().await.is_err() {
+                    break;
+                }
+            }
+            // Closed from elsewhere: a newer connection took the session over, or the session
+            // was closed or expired through the log. Not while answering this connection's own
+            // closeSession (reading is off then), whose reply must still go out.
+            _ = &mut close_rx, if reading => break,
+            c = &mut control => match c {
+                Control::Stop => {
+                    // Shutdown: read no more requests; answer those already read, then close.
+                    // (While closing its session the connection reads no more anyway.)
+                    control = Box::pin(self::control(stop.clone(), d.serving(), false));
+                    if reading {
+                        reading = false;
+                        if jobs.is_empty() {
+                            break;
+                        }
+                    }
+                }
+                Control::Unserved => {
+                    tracing::info!(%peer, "no quorum: closing the connection so the client moves on");
+                    break;
+                }
+            },
+            frame = reader.next(), if reading => {
+                let (header, request) = match frame {
+                    Some(Ok(ClientMessage::Request { header, request })) => (header, request),
+                    Some(Ok(ClientMessage::Malformed(m))) => {
+                        tracing::debug!(%peer, error = %m, "malformed request");
+                        port.stats.packet_received(cs);
+                        cs.outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let (job, last) = requests.malformed(&m);
+                        jobs.push_back(job);
+                        reading &= !last;
+                        continue;
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "closing connection");
+                        break;
+                    }
+                    _ => break,
+                };
+                d.touch(session_id);
+                port.stats.packet_received(cs);
+                cs.outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (job, last) = requests.job(header.xid, request, Instant::now());
+                jobs.push_back(job);
+                reading &= !last;
+            }
+            else => break,
+        }
+    }
+    if unflushed {
+        // Answers to requests read before a bad frame or a close still go out.
+        let _ = writer.flush().await;
+    }
+    d.detach(session_id, conn_id, &ev_tx);
+}

@@ -1,0 +1,169 @@
+//! Sessions as a connection sees them: the handshake (`ZooKeeperServer.processConnectRequest`:
+//! refuse a client that has seen newer state, negotiate the timeout, create the session
+//! through the log or resume it by id and password), attaching a connection to its session
+//! (liveness and watch delivery), `addauth`, and the admin kill.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use futures::channel::mpsc::UnboundedSender;
+use jute::ErrorCode;
+use rand::RngCore;
+use tokio::sync::oneshot;
+
+use super::Caller;
+use super::Dispatcher;
+use super::Event;
+use crate::raft::ProposeError;
+use crate::tree::acl::AuthId;
+use crate::tree::txn::Txn;
+use crate::tree::txn::TxnOp;
+
+/// A session a connection may serve.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: i64,
+    pub passwd: Bytes,
+    /// The negotiated timeout, ms.
+    pub timeout: i32,
+    /// Resumed from an earlier connection: it may hold watches already.
+    pub resumed: bool,
+}
+
+/// Why a handshake is refused without an answer (the client tries another server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// This server serves no clients now (no leader, or no quorum).
+    NoQuorum,
+    /// The client has seen a newer zxid than this server has applied.
+    ClientAhead { client: i64, server: i64 },
+    /// Creating the session through the log failed.
+    NotCreated,
+}
+
+/// How a handshake ended.
+pub enum Connected {
+    /// Serve this session, on behalf of this caller.
+    Established(Session, Caller),
+    /// The session is unknown or its password is wrong: answer with an expired session.
+    Expired,
+    /// Close without an answer.
+    Refused(Refusal),
+}
+
+impl Dispatcher {
+    /// The handshake of a connection from `peer`.
+    pub async fn connect(&self, req: &jute::ConnectRequest, peer: SocketAddr) -> Connected {
+        if !*self.0.serving.borrow() {
+            // ZooKeeper does not serve clients without a quorum; they try the next server.
+            return Connected::Refused(Refusal::NoQuorum);
+        }
+        // ZooKeeperServer.processConnectRequest: never serve a client that has seen newer state.
+        let server = self.last_zxid();
+        if req.last_zxid_seen > server {
+            return Connected::Refused(Refusal::ClientAhead { client: req.last_zxid_seen, server });
+        }
+        let timeout = self.0.config.negotiate_timeout(req.time_out);
+        let ip = AuthId { scheme: "ip".into(), id: peer.ip().to_string() };
+        if req.session_id == 0 {
+            let id = self.0.sessions.next_id();
+            let mut pw = [0u8; 16];
+            rand::rng().fill_bytes(&mut pw);
+            let passwd = Bytes::copy_from_slice(&pw);
+            let caller = Caller { session_id: id, auth: std::sync::Arc::from([ip]) };
+            let txn =
+                self.txn(&caller, TxnOp::CreateSession { session_id: id, timeout_ms: timeout, passwd: passwd.clone() });
+            return match self.propose(txn).await {
+                Ok(r) if r.outcome.is_ok() => {
+                    metrics::counter!("warden_sessions_created").increment(1);
+                    Connected::Established(Session { id, passwd, timeout, resumed: false }, caller)
+                }
+                other => {
+                    tracing::warn!(%peer, ?other, "session creation failed");
+                    Connected::Refused(Refusal::NotCreated)
+                }
+            };
+        }
+        let known = self.0.shared.read().session(req.session_id).map(|s| s.passwd.clone());
+        match known {
+            Some(pw) if pw == req.passwd => {
+                let caller = Caller { session_id: req.session_id, auth: std::sync::Arc::from([ip]) };
+                Connected::Established(Session { id: req.session_id, passwd: pw, timeout, resumed: true }, caller)
+            }
+            _ => Connected::Expired,
+        }
+    }
+
+    /// Attaches connection `conn` to the caller's session: the session's liveness is tracked
+    /// here, `close` fires when the connection must close (a newer connection took the
+    /// session over, or it was closed through the log), and watch events go to `events`.
+    pub fn attach(
+        &self,
+        caller: &Caller,
+        timeout: i32,
+        conn: u64,
+        close: oneshot::Sender<()>,
+        events: UnboundedSender<Event>,
+    ) {
+        self.0.sessions.attach(caller.session_id, timeout, conn, close);
+        self.0.watches.connect(caller.session_id, events, caller.auth.clone());
+    }
+
+    /// The connection went away: its watches go (if `events` is still the session's), and the
+    /// session keeps ticking towards expiry.
+    pub fn detach(&self, session_id: i64, conn: u64, events: &UnboundedSender<Event>) {
+        self.0.watches.disconnect(session_id, events);
+        self.0.sessions.detach(session_id, conn);
+    }
+
+    /// Any packet from the session's client.
+    pub fn touch(&self, session_id: i64) {
+        self.0.sessions.touch(session_id);
+    }
+
+    /// `addauth`: adds the identities the scheme grants to the caller, or refuses with
+    /// `AuthFailed` (`DigestAuthenticationProvider.handleAuthentication`).
+    pub fn add_auth(&self, caller: &mut Caller, scheme: &str, auth: &Bytes) -> Result<(), ErrorCode> {
+        let ids = match scheme {
+            "digest" => {
+                let text = std::str::from_utf8(auth).map_err(|_| ErrorCode::AuthFailed)?;
+                let digest = crate::tree::acl::digest(text);
+                let mut ids = Vec::new();
+                if self.0.config.super_digest.as_deref() == Some(digest.as_str()) {
+                    ids.push(AuthId { scheme: "super".into(), id: String::new() });
+                }
+                ids.push(AuthId { scheme: "digest".into(), id: digest });
+                ids
+            }
+            _ => return Err(ErrorCode::AuthFailed),
+        };
+        let mut all = caller.auth.to_vec();
+        for id in ids {
+            if !all.contains(&id) {
+                all.push(id);
+            }
+        }
+        caller.auth = all.into();
+        self.0.watches.set_auth(caller.session_id, caller.auth.clone());
+        Ok(())
+    }
+
+    /// Expires a session through the log (admin kill): its ephemerals are deleted on every
+    /// replica, watchers are told, and its connection is closed so the client learns it is
+    /// expired when it reconnects. `Ok(false)` if there is no such session.
+    pub async fn kill_session(&self, session_id: i64) -> Result<bool, ProposeError> {
+        if self.0.shared.read().session(session_id).is_none() {
+            return Ok(false);
+        }
+        let txn = Txn {
+            session_id: 0,
+            time_ms: crate::clock::now_ms(),
+            auth: Default::default(),
+            op: TxnOp::CloseSession { session_id },
+        };
+        let result = self.propose(txn).await?;
+        self.0.sessions.remove(session_id);
+        tracing::info!(session = format_args!("{session_id:#x}"), "session killed by the admin API");
+        Ok(result.outcome.is_ok())
+    }
+}

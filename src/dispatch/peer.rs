@@ -1,0 +1,58 @@
+//! What the peer port asks of this server (`crate::peer::PeerHandler`): a follower's forwarded
+//! batch of writes (queued in arrival order, answered once committed), the leader's read
+//! point for a follower's `sync`, and the sessions a follower heard from.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::propose;
+use super::Dispatcher;
+use crate::raft::Raft;
+use crate::raft::TxnBatch;
+use crate::tree::txn::TxnResult;
+
+impl crate::peer::PeerHandler for Dispatcher {
+    fn raft(&self) -> &Raft {
+        &self.0.raft
+    }
+
+    #[allow(clippy::async_yields_async)] // the outer future queues, the inner one waits
+    fn forward(&self, batch: TxnBatch) -> BoxFuture<'static, BoxFuture<'static, Result<Vec<TxnResult>, String>>> {
+        let proposer = self.0.proposer.clone();
+        Box::pin(async move {
+            let mut waits = Vec::with_capacity(batch.txns.len());
+            for txn in Arc::unwrap_or_clone(batch.txns) {
+                match proposer.submit(txn).await {
+                    Ok(w) => waits.push(w),
+                    Err(e) => {
+                        let e = e.to_string();
+                        return Box::pin(async move { Err(e) }) as BoxFuture<'static, _>;
+                    }
+                }
+            }
+            Box::pin(async move {
+                let mut out = Vec::with_capacity(waits.len());
+                for w in waits {
+                    match w.await {
+                        Ok(Ok(r)) => out.push(r),
+                        Ok(Err(e)) => return Err(e.to_string()),
+                        Err(_) => return Err(propose::dropped().to_string()),
+                    }
+                }
+                Ok(out)
+            }) as BoxFuture<'static, _>
+        })
+    }
+
+    fn read_index(&self) -> BoxFuture<'static, Result<i64, String>> {
+        let d = self.clone();
+        Box::pin(async move { d.read_index().await.map_err(|e| e.to_string()) })
+    }
+
+    fn touch(&self, sessions: &[i64]) {
+        for s in sessions {
+            self.0.sessions.touch(*s);
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Whether this member may serve clients: it knows a leader and, if it is the leader, a quorum
+//! acknowledged it recently, or else it heard from the leader recently. ZooKeeper's
+//! counterpart is a follower's `syncLimit` on its leader and a leader's on its quorum: a
+//! member cut off from the majority stops serving, so its clients move to one that is not.
+//! Also, on the leader, observers (`:observer` in `server.N`) are added as Raft learners.
+
+use std::time::Duration;
+
+use super::Raft;
+use super::Role;
+
+/// Flips `serving` while this member runs, and counts elections
+/// (`warden_raft_elections`). A standalone server is its own quorum and always serves.
+///
+/// "Recently" is two leader leases (2 × `election_timeout_max`, 300 ms at tickTime 2000),
+/// but never less than one tick. A quorum's acknowledgement can wait on a follower's fsync,
+/// and on a slow disk that took longer than 300 ms now and then: the leader then dropped every
+/// client while its ensemble was whole (seen in the compat suite). ZooKeeper allows
+/// `syncLimit` ticks for the same decision; one tick keeps a cut-off member's service short.
+pub async fn watch(
+    raft: Raft,
+    serving: tokio::sync::watch::Sender<bool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let me = raft.id();
+    if raft.options().standalone {
+        let _ = serving.send(true);
+        // Keep the sender alive until shutdown: a dropped sender would wake every
+        // connection's `serving.changed()` forever.
+        let _ = stop.changed().await;
+        drop(serving);
+        return;
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let limit = (raft.lease() * 2).max(Duration::from_millis(raft.options().tick_ms));
+    let mut last_term = 0u64;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let status = raft.status();
+        if status.term > last_term {
+            // Each new term is an election this server took part in or learned of.
+            metrics::counter!("warden_raft_elections").increment(status.term - last_term);
+            last_term = status.term;
+        }
+        if status.leader == Some(me) {
+            // Observers are Raft learners: they replicate and serve reads but do not vote.
+            // The leader adds any that are missing.
+            for (sid, addr) in &raft.options().observers {
+                if !status.members.contains_key(sid) {
+                    match raft.add_learner(*sid, addr.clone()).await {
+                        Ok(()) => tracing::info!(observer = sid, "observer added as a Raft learner"),
+                        Err(e) => tracing::warn!(observer = sid, error = %e, "adding observer failed"),
+                    }
+                }
+            }
+        }
+        let ok = match status.leader {
+            None => false,
+            // The sole voter of a one-member ensemble (a zoo.cfg with one server.N line) is
+            // its own quorum: with no follower to acknowledge it, the last acknowledgement
+            // ages while it idles, and its service was suspended two leases after its last
+            // write, for good (no client could connect to write again).
+            Some(l) if l == me => {
+                status.voters == [me]
+                    || (status.role == Role::Leader
+                        && status.quorum_ack_ms.is_some_and(|ms| Duration::from_millis(ms) < limit))
+            }
+            // A follower serves while its leader is heard from: it does not campaign (so never
+            // forgets the leader) until a majority has lost the leader too.
+            Some(l) => raft.contact.last().is_some_and(|(from, at)| from == l && at.elapsed() < limit),
+        };
+        if *serving.borrow() != ok {
+            tracing::info!(serving = ok, leader = ?status.leader, "client service {}", if ok { "resumed" } else { "suspended" });
+            let _ = serving.send(ok);
+        }
+    }
+}

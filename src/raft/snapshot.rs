@@ -1,0 +1,331 @@
+//! Snapshots: their files, receiving one from the leader, and when to take one.
+//!
+//! # Files (`<dataDir>/version-2/snapshot-<term>-<index>.bin`, see [`super::layout`])
+//! postcard encoding of [`SnapshotFile`]: the last applied log id, the membership and the whole
+//! tree. Built from an O(1) clone of the persistent tree, so apply never waits for a snapshot
+//! to be written. The newest file is loaded at start; older ones are removed after a new one
+//! is durable (fsynced and renamed into place). Files are decoded streamed, never read whole
+//! into memory; openraft's snapshot data is the open file itself (sent to followers from it,
+//! received from a leader into `receiving-*.tmp` by [`Receiving`]), and its meta comes from
+//! the file's header.
+//!
+//! # When
+//! [`by_txns`] asks for a snapshot once `snapCount` txns were applied since the last one, as
+//! ZooKeeper counts them (`SyncRequestProcessor`): one Raft entry carries a whole group-commit
+//! batch, so openraft's own entry-count policy (kept as a backstop) would let the log, and a
+//! restart's replay, grow many times longer. Each member snapshots on its own, as in
+//! ZooKeeper.
+
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::RaftSnapshotBuilder;
+use serde::Deserialize;
+use serde::Serialize;
+
+use super::network::RaftResponse;
+use super::state_machine::SharedTree;
+use super::LogId;
+use super::Raft;
+use super::Snapshot;
+use super::SnapshotMeta;
+use super::StoredMembership;
+use super::TypeConfig;
+use super::Vote;
+use crate::tree::DataTree;
+
+/// openraft 0.10's storage traits speak `std::io::Error`.
+type StorageError = std::io::Error;
+
+#[derive(Serialize, Deserialize, Clone)]
+pub(super) struct SnapshotFile {
+    pub(super) last_applied: Option<LogId>,
+    pub(super) membership: StoredMembership,
+    pub(super) tree: DataTree,
+}
+
+/// The fields of a [`SnapshotFile`] before the tree (postcard writes fields in order), so
+/// openraft's snapshot meta is read without decoding the tree.
+#[derive(Deserialize)]
+struct SnapshotHeader {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+}
+
+/// Decodes a snapshot (or its header) straight from the file, without reading the whole
+/// file into memory first. postcard's reader needs scratch space as large as the largest
+/// single string or byte field; the file's length bounds that, and the zeroed buffer costs
+/// only the pages a field actually touches.
+fn decode_from<T: serde::de::DeserializeOwned>(file: &mut std::fs::File, scratch_len: usize) -> std::io::Result<T> {
+    use std::io::Seek;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let mut scratch = vec![0u8; scratch_len.max(64 << 10)];
+    let reader = std::io::BufReader::with_capacity(1 << 20, &mut *file);
+    let (value, _) = postcard::from_io((reader, scratch.as_mut_slice())).map_err(std::io::Error::other)?;
+    Ok(value)
+}
+
+/// Decodes a whole snapshot file.
+pub(super) fn decode_snapshot(file: &mut std::fs::File) -> std::io::Result<SnapshotFile> {
+    let len = file.metadata()?.len();
+    let decoded = decode_from(file, usize::try_from(len).unwrap_or(usize::MAX));
+    crate::tree::acl::forget_decoded();
+    decoded
+}
+
+/// Opens a snapshot file and reads openraft's meta from its header; the returned file is
+/// positioned at its start, ready to be streamed to a follower.
+pub(super) fn open_snapshot(path: &Path) -> std::io::Result<(SnapshotMeta, std::fs::File)> {
+    use std::io::Seek;
+    let mut file = std::fs::File::open(path)?;
+    let header: SnapshotHeader = decode_from(&mut file, 64 << 10)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    Ok((meta_of(header.last_applied, header.membership), file))
+}
+
+pub(super) fn snap_err(e: impl std::fmt::Display) -> StorageError {
+    std::io::Error::other(format!("snapshot: {e}"))
+}
+
+pub(super) fn snapshot_path(dir: &Path, log_id: &Option<LogId>) -> PathBuf {
+    let (term, index) = log_id.map_or((0, 0), |l| (l.leader_id.term, l.index));
+    dir.join(format!("snapshot-{term:020}-{index:020}.bin"))
+}
+
+pub(super) fn newest_snapshot(dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    let mut best: Option<PathBuf> = None;
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with("snapshot-") && name.ends_with(".bin") && best.as_ref().is_none_or(|b| p > *b) {
+            best = Some(p);
+        }
+    }
+    Ok(best)
+}
+
+pub(super) fn meta_of(last_applied: Option<LogId>, membership: StoredMembership) -> SnapshotMeta {
+    SnapshotMeta { last_log_id: last_applied, last_membership: membership }
+}
+
+/// Prefix of the files a snapshot from the leader is received into.
+pub(super) const RECEIVING_PREFIX: &str = "receiving-";
+
+/// Removes the files in `dir` whose names `doomed` picks (best effort: one that cannot be
+/// removed stays). A file still open elsewhere keeps its data for whoever holds it (a
+/// snapshot being sent, or one still being received).
+pub(super) fn remove_where(dir: &Path, doomed: impl Fn(&str) -> bool) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        if doomed(p.file_name().and_then(|n| n.to_str()).unwrap_or("")) {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    Ok(())
+}
+
+/// Removes the snapshots older than `newest` (their names sort as their log ids do). Newer
+/// ones and `.tmp` files stay: openraft builds a snapshot in a task of its own, which may
+/// still be writing its `.tmp`, or finish after a newer snapshot was installed from the leader.
+fn remove_older_snapshots(dir: &Path, newest: &Path) -> std::io::Result<()> {
+    let newest = newest.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    remove_where(dir, |name| name.starts_with("snapshot-") && name.ends_with(".bin") && name < newest)
+}
+
+/// Writes a snapshot file durably through `fill` (temp file, fsync, rename, fsync the
+/// directory), removes older ones, and returns the file's size.
+pub(super) fn write_snapshot_with(
+    dir: &Path,
+    last: &Option<LogId>,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> std::io::Result<u64> {
+    use std::io::Write;
+    let path = snapshot_path(dir, last);
+    let tmp = path.with_extension("tmp");
+    let size = {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        fill(&mut w)?;
+        w.flush()?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        f.metadata()?.len()
+    };
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    remove_older_snapshots(dir, &path)?;
+    Ok(size)
+}
+
+/// The path of `file` if it is one of the files `begin_receiving_snapshot` made in `dir`
+/// (matched by device and inode, not by name).
+pub(super) fn receiving_path(dir: &Path, file: &std::fs::File) -> std::io::Result<Option<PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
+    let want = file.metadata()?;
+    for entry in std::fs::read_dir(dir)? {
+        // An entry that vanished or cannot be read is not the open file looked for.
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| n.starts_with(RECEIVING_PREFIX)) {
+            continue;
+        }
+        let Ok(m) = entry.metadata() else { continue };
+        if m.dev() == want.dev() && m.ino() == want.ino() {
+            return Ok(Some(entry.path()));
+        }
+    }
+    Ok(None)
+}
+
+/// Moves a received (already fsynced) snapshot file into place: rename, fsync the
+/// directory, remove older snapshots. Returns its size.
+pub(super) fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId>) -> std::io::Result<u64> {
+    let path = snapshot_path(dir, last);
+    std::fs::rename(received, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    remove_older_snapshots(dir, &path)?;
+    Ok(std::fs::metadata(&path)?.len())
+}
+
+/// Builds snapshots from an O(1) clone of the tree.
+pub struct SnapshotBuilder {
+    pub(super) file: SnapshotFile,
+    pub(super) dir: PathBuf,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = tokio::fs::File;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let started = std::time::Instant::now();
+        // Streamed to the file on a blocking thread: no second copy of the whole tree in
+        // memory, and the runtime's workers keep serving meanwhile. openraft keeps only the
+        // returned meta; followers get the data from the file (`get_current_snapshot`).
+        let (file, dir) = (self.file.clone(), self.dir.clone());
+        let size = tokio::task::spawn_blocking(move || {
+            write_snapshot_with(&dir, &file.last_applied, |w| {
+                postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
+            })
+        })
+        .await
+        .map_err(snap_err)?
+        .map_err(snap_err)?;
+        metrics::gauge!("warden_raft_snapshot_build_seconds").set(started.elapsed().as_secs_f64());
+        metrics::gauge!("warden_raft_snapshot_bytes").set(size as f64);
+        metrics::counter!("warden_raft_snapshots_built").increment(1);
+        tracing::info!(
+            index = self.file.last_applied.map_or(0, |l| l.index),
+            bytes = size,
+            ms = started.elapsed().as_millis() as u64,
+            "snapshot written"
+        );
+        let path = snapshot_path(&self.dir, &self.file.last_applied);
+        let file = std::fs::File::open(&path).map_err(snap_err)?;
+        Ok(Snapshot {
+            meta: meta_of(self.file.last_applied, self.file.membership.clone()),
+            snapshot: tokio::fs::File::from_std(file),
+        })
+    }
+}
+
+/// A file to receive a snapshot from the leader into: chunks go straight to it, so a large
+/// snapshot never sits whole in memory.
+pub(super) fn begin_receiving(dir: &Path) -> Result<tokio::fs::File, StorageError> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let path = dir.join(format!("{RECEIVING_PREFIX}{nanos}.tmp"));
+    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(snap_err)?;
+    Ok(tokio::fs::File::from_std(file))
+}
+
+/// A snapshot being received from the leader on one peer connection: chunks arrive in order
+/// from offset 0, each written to the receiving file; after the last one the whole snapshot
+/// is handed to openraft to install.
+pub struct Receiving {
+    dir: PathBuf,
+    /// The file and the next expected offset.
+    file: Option<(tokio::fs::File, u64)>,
+}
+
+impl Receiving {
+    /// Receives into `<dir>` (the snapshot directory).
+    pub fn new(dir: PathBuf) -> Receiving {
+        Receiving { dir, file: None }
+    }
+
+    /// Takes one chunk: `Ok(None)` after a chunk, openraft's answer after the last one.
+    pub async fn chunk(
+        &mut self,
+        raft: &Raft,
+        vote: Vote,
+        meta: SnapshotMeta,
+        offset: u64,
+        data: &[u8],
+        done: bool,
+    ) -> Result<Option<openraft::raft::SnapshotResponse<TypeConfig>>, String> {
+        use tokio::io::AsyncWriteExt;
+        raft.heard_from(&vote);
+        if offset == 0 {
+            self.file = Some((begin_receiving(&self.dir).map_err(|e| e.to_string())?, 0));
+        }
+        let expected = self.file.as_ref().map(|(_, next)| *next);
+        if expected != Some(offset) {
+            self.file = None;
+            return Err(format!("snapshot chunk at offset {offset}, expected {expected:?}"));
+        }
+        let Some((file, next)) = self.file.as_mut() else {
+            return Err(format!("snapshot chunk at offset {offset} without its start"));
+        };
+        file.write_all(data).await.map_err(|e| e.to_string())?;
+        *next += data.len() as u64;
+        if !done {
+            return Ok(None);
+        }
+        let Some((mut file, _)) = self.file.take() else { return Err("no snapshot being received".into()) };
+        file.flush().await.map_err(|e| e.to_string())?;
+        let snapshot = Snapshot { meta, snapshot: file };
+        raft.inner.install_full_snapshot(vote, snapshot).await.map(Some).map_err(|e| e.to_string())
+    }
+
+    /// Answers a [`super::network::RaftRequest::SnapshotChunk`]; any other request is
+    /// answered by [`Raft::answer`].
+    pub async fn answer(&mut self, raft: &Raft, req: super::network::RaftRequest) -> RaftResponse {
+        match req {
+            super::network::RaftRequest::SnapshotChunk { vote, meta, offset, data, done } => {
+                RaftResponse::SnapshotChunk(self.chunk(raft, vote, meta, offset, &data, done).await)
+            }
+            other => raft.answer(other).await,
+        }
+    }
+}
+
+/// Takes a snapshot once `snapCount` txns were applied since the last one (see the module
+/// docs).
+pub async fn by_txns(raft: Raft, shared: Arc<SharedTree>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    use std::sync::atomic::Ordering;
+    let snap_count = i64::try_from(raft.options().snap_count).unwrap_or(i64::MAX);
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut pending: Option<(i64, tokio::time::Instant)> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let taken = shared.snapshot_zxid.load(Ordering::Relaxed);
+        if let Some((from, since)) = pending {
+            // Wait for the one asked for (or give up after a while and ask again).
+            if taken == from && since.elapsed() < Duration::from_secs(60) {
+                continue;
+            }
+            pending = None;
+        }
+        let applied = *shared.applied.borrow();
+        if applied - taken >= snap_count {
+            tracing::info!(applied, since_last = applied - taken, "snapCount txns since the last snapshot: taking one");
+            if raft.trigger_snapshot().await.is_err() {
+                return;
+            }
+            pending = Some((taken, tokio::time::Instant::now()));
+        }
+    }
+}
