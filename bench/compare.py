@@ -1644,7 +1644,8 @@ def main(argv=None) -> int:
     opts = parse_args(argv)
     for b in (opts.warden_bin, opts.bench_bin):
         if not os.access(b, os.X_OK):
-            print(f"compare.py: {b} is not an executable file (build with cargo build --release)", file=sys.stderr)
+            print(f"compare.py: {b} is not an executable file (build with cargo build --release"
+                  " && cargo build --release -p warden-bench)", file=sys.stderr)
             return 2
     if not os.path.exists(ZK_JAVA) or not os.path.exists("/usr/share/java/zookeeper.jar"):
         print("compare.py: Debian's zookeeper package / java not found", file=sys.stderr)
