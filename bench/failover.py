@@ -2,14 +2,14 @@
 """Failover time, Warden vs Apache ZooKeeper 3.8, 3-server ensembles on 127.0.0.1.
 
 One round per kind, alternating (ZooKeeper, Warden, ZooKeeper, ...): find the leader,
-kill -9 it, start `warden-bench --workload probe` against the two survivors (a new
+kill -9 it (or `--signal TERM|STOP`), start `warden-bench --workload probe` against the two survivors (a new
 connect + session + create every 10 ms until one succeeds), record its `first_write_ms`,
 restart the victim and wait until the ensemble is whole again. Both ensembles run with
 their default timing for tickTime=2000 (ZooKeeper: initLimit=5, syncLimit=2, as the
 compat suite; Warden: no raft.* keys), fsync on. Prints min/median/max per kind and the
 Warden/ZooKeeper ratio of the medians; `--json FILE` keeps every sample.
 
-  cargo build --release
+  cargo build --release && cargo build --release -p warden-bench
   python3 bench/failover.py --runs 10 [--warden-cfg raft.heartbeatMs=20 ...]
 
 Processes are started through compat-tests/ensemble.py (killed by PID, temp dirs removed).
@@ -41,6 +41,8 @@ def one_run(ens: ensemble.Ensemble, sig: str) -> dict:
     survivors = [ens.hostports[i] for i in range(ens.n) if i != leader]
     if sig == "KILL":
         ens.kill(leader)
+    elif sig == "STOP":  # a frozen leader: its port accepts, nobody answers (the election timer's path)
+        ens.sigstop(leader)
     else:  # SIGTERM: a graceful stop; the process exits by itself (waited for below)
         os.kill(ens.pid(leader), signal.SIGTERM)
     out = subprocess.run(
@@ -50,10 +52,13 @@ def one_run(ens: ensemble.Ensemble, sig: str) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"probe failed: {out.stdout}\n{out.stderr}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    if sig != "KILL":
-        ens.members[leader].proc.wait(timeout=30)
-        ens._down.add(leader)
-    ens.start(leader, wait=True, timeout=60)
+    if sig == "STOP":
+        ens.sigcont(leader)
+    else:
+        if sig != "KILL":
+            ens.members[leader].proc.wait(timeout=30)
+            ens._down.add(leader)
+        ens.start(leader, wait=True, timeout=60)
     ens.wait_stable(60)
     time.sleep(1.0)  # let the rejoined member settle before the next kill
     return {"leader": leader + 1, **res}
@@ -65,11 +70,12 @@ def main() -> int:
     ap.add_argument("--kinds", default="zookeeper,warden")
     ap.add_argument("--warden-cfg", nargs="*", default=[], help="extra zoo.cfg lines for Warden (key=value)")
     ap.add_argument("--json", help="write every sample here")
-    ap.add_argument("--signal", choices=["KILL", "TERM"], default="KILL",
-                    help="how the leader is stopped (TERM: graceful shutdown, leadership handover)")
+    ap.add_argument("--signal", choices=["KILL", "TERM", "STOP"], default="KILL",
+                    help="how the leader is stopped (TERM: graceful shutdown, leadership handover; "
+                         "STOP: frozen, then thawed after the probe)")
     opts = ap.parse_args()
     if not BENCH.exists():
-        print(f"{BENCH} missing: cargo build --release", file=sys.stderr)
+        print(f"{BENCH} missing: cargo build --release -p warden-bench", file=sys.stderr)
         return 2
     kinds = opts.kinds.split(",")
     extra = {"warden": dict(kv.split("=", 1) for kv in opts.warden_cfg), "zookeeper": {}}
