@@ -252,9 +252,7 @@ fn kv_lines(pairs: &[(String, String)], sep: char) -> String {
     pairs.iter().map(|(k, v)| format!("{k}{sep}{v}\n")).collect()
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_millis() as i64)
-}
+use crate::clock::now_ms;
 
 /// `ExpiryQueue.roundToNextInterval`: expiry times are bucketed up to the next multiple of the
 /// queue's interval.

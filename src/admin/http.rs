@@ -126,8 +126,7 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
         "dump" => {
             // DumpCommand: the session expiry buckets (ZooKeeper keys them by its monotonic
             // clock; Warden by wall-clock ms) and each session's ephemerals.
-            let now =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_millis() as i64);
+            let now = crate::clock::now_ms();
             let tree = d.tree.read();
             let expiry: Map<String, Value> = four_letter::session_expiry(d, &tree, now)
                 .into_iter()
