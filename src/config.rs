@@ -11,6 +11,9 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::path::PathBuf;
 
+/// Raft log entries kept after a snapshot (`commitLogCount`).
+pub const DEFAULT_COMMIT_LOG_COUNT: u64 = 1000;
+
 /// ZooKeeper's `fsync.warningthresholdms` default: 1 s.
 pub const DEFAULT_FSYNC_WARNING_MS: u64 = 1000;
 
@@ -109,6 +112,11 @@ pub struct Config {
     pub min_session_timeout_ms: i32,
     pub max_session_timeout_ms: i32,
     pub snap_count: u64,
+    /// `commitLogCount` (ZooKeeper's `zookeeper.commitLogCount`): how many Raft log entries
+    /// are kept after a snapshot, so a follower that lags by fewer catches up from the log
+    /// instead of a whole snapshot. ZooKeeper counts committed txns kept in memory (500);
+    /// Warden counts log entries, each a batch of txns.
+    pub commit_log_count: u64,
     pub autopurge_snap_retain_count: u32,
     pub autopurge_purge_interval_h: u32,
     /// `None` = every word ("*").
@@ -181,6 +189,7 @@ impl Default for Config {
             min_session_timeout_ms: 2 * tick as i32,
             max_session_timeout_ms: 20 * tick as i32,
             snap_count: 100_000,
+            commit_log_count: DEFAULT_COMMIT_LOG_COUNT,
             autopurge_snap_retain_count: 3,
             autopurge_purge_interval_h: 0,
             four_letter_whitelist: Some(vec!["srvr".into()]),
@@ -337,6 +346,12 @@ impl Config {
                 "raft.heartbeatMs" => c.raft_heartbeat_ms = Some(parse(raw_key, value)?),
                 "raft.electionTimeoutMs" => c.raft_election_timeout_ms = Some(parse(raw_key, value)?),
                 "fsync.warningthresholdms" => c.fsync_warning_threshold_ms = parse(raw_key, value)?,
+                "commitLogCount" => {
+                    c.commit_log_count = parse(raw_key, value)?;
+                    if c.commit_log_count == 0 {
+                        return Err(bad(raw_key, value, "must be at least 1"));
+                    }
+                }
                 "forceSync" => {
                     // ZooKeeper turns fsync off for exactly `no` and keeps it for anything else.
                     let v = value.trim();
@@ -493,6 +508,20 @@ mod tests {
         }
         let err = Config::from_properties(&props(&[("fsync.warningthresholdms", "-5")])).unwrap_err().to_string();
         assert!(err.contains("fsync.warningthresholdms"), "{err}");
+    }
+
+    /// `commitLogCount` as ZooKeeper's system property or plain; 0 and junk name the key.
+    #[test]
+    fn commit_log_count_is_read_and_checked() {
+        assert_eq!(Config::default().commit_log_count, DEFAULT_COMMIT_LOG_COUNT);
+        for key in ["commitLogCount", "zookeeper.commitLogCount"] {
+            let c = Config::from_properties(&props(&[(key, "20")])).unwrap();
+            assert_eq!(c.commit_log_count, 20);
+        }
+        for bad in ["0", "-1", "many"] {
+            let err = Config::from_properties(&props(&[("commitLogCount", bad)])).unwrap_err().to_string();
+            assert!(err.contains("commitLogCount"), "{err}");
+        }
     }
 
     #[test]

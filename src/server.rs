@@ -139,6 +139,7 @@ fn raft_options(config: &Config, layout: &DataLayout) -> crate::raft::Options {
         heartbeat_ms: config.heartbeat_ms(),
         election_ms: config.election_timeout_ms(),
         snap_count: config.snap_count,
+        commit_log_count: config.commit_log_count,
         tick_ms: u64::from(config.tick_time_ms),
         snapshot_dir: layout.snap_dir.clone(),
     }

@@ -182,6 +182,8 @@ pub struct Options {
     pub election_ms: u64,
     /// ZooKeeper's `snapCount` (txns between snapshots).
     pub snap_count: u64,
+    /// Log entries kept after a snapshot (`commitLogCount`).
+    pub commit_log_count: u64,
     /// ZooKeeper's `tickTime`: a member serves clients while it heard from its leader within
     /// the larger of one tick and two leader leases.
     pub tick_ms: u64,
@@ -235,7 +237,7 @@ impl Raft {
             election_timeout_min: options.vote_window_ms(),
             election_timeout_max: election * 2,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(options.snap_count),
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: options.commit_log_count,
             // An ensemble's voters campaign through `election::campaign`, with openraft's
             // pre-vote first.
             enable_elect: options.standalone,
