@@ -127,10 +127,12 @@ class Member(harness.Server):
 
 class Ensemble:
     def __init__(self, n: int, kind: str | None = None, name: str = "ens",
-                 extra_cfg: dict[str, object] | None = None, member_factory=None):
+                 extra_cfg: dict[str, object] | None = None, member_factory=None,
+                 hosts: list[str] | None = None):
         # member_factory(kind, name, myid, cfg, client_port) -> Member (or a subclass):
         # lets a caller such as bench/compare.py change a member's command line or
-        # default zoo.cfg lines; None = Member, as the compat tests use.
+        # default zoo.cfg lines; None = Member, as the compat tests use. hosts: each
+        # member's address for the server.N lines (netns.NetEnsemble); default all HOST.
         self.n = n
         self.kind = kind or harness.default_kind()
         ports = free_ports(3 * n)
@@ -138,7 +140,7 @@ class Ensemble:
         self.election_ports = ports[n:2 * n]
         client_ports = ports[2 * n:]
         quorum = {
-            f"server.{i + 1}": f"{harness.HOST}:{self.peer_ports[i]}:{self.election_ports[i]}"
+            f"server.{i + 1}": f"{(hosts or [harness.HOST] * n)[i]}:{self.peer_ports[i]}:{self.election_ports[i]}"
             for i in range(n)
         }
         cfg: dict[str, object] = {**ZK_QUORUM_CFG, **quorum}

@@ -283,9 +283,9 @@ class Server:
         if self.running:
             raise RuntimeError(f"{self.kind} on {self.hostport} is already running")
         cmd = self.command()
-        if self.kind == "warden" and not os.access(cmd[0], os.X_OK):
+        if self.kind == "warden" and not os.access(warden_bin(), os.X_OK):
             raise ServerStartError(
-                f"WARDEN_BIN {cmd[0]!r} is not an executable file; build Warden "
+                f"WARDEN_BIN {warden_bin()!r} is not an executable file; build Warden "
                 "(cargo build) or set WARDEN_BIN, or run with COMPAT_SERVER=zookeeper"
             )
         self._log_file = open(self.log_path, "ab")

@@ -44,6 +44,17 @@ impl ApplyHook for LocalEffects {
     fn session_closed(&self, session_id: i64) {
         self.sessions.remove(session_id);
     }
+
+    /// A snapshot from the leader replaced the tree: the watches its changes trigger fire, and
+    /// the connections of sessions it no longer holds (closed or expired meanwhile) close, so
+    /// their clients learn they are expired when they reconnect.
+    fn replaced(&self, old: &crate::tree::DataTree, new: &crate::tree::DataTree) {
+        self.watches.tree_replaced(old, new);
+        for (id, _) in old.sessions().filter(|(id, _)| new.session(**id).is_none()) {
+            tracing::info!(session = format_args!("{id:#x}"), "session gone in the leader's snapshot: closing it here");
+            self.sessions.remove(*id);
+        }
+    }
 }
 
 /// Why the server could not start or stopped.

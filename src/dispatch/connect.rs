@@ -54,8 +54,9 @@ pub enum Connected {
 impl Dispatcher {
     /// The handshake of a connection from `peer`.
     pub async fn connect(&self, req: &jute::ConnectRequest, peer: SocketAddr) -> Connected {
-        if !*self.0.serving.borrow() {
-            // ZooKeeper does not serve clients without a quorum; they try the next server.
+        if !*self.0.serving.borrow() || !self.0.raft.may_serve() {
+            // ZooKeeper does not serve clients without a quorum, nor before a follower has
+            // synced with its leader; they try the next server.
             return Connected::Refused(Refusal::NoQuorum);
         }
         // ZooKeeperServer.processConnectRequest: never serve a client that has seen newer state.

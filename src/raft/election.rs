@@ -36,31 +36,73 @@ use super::Raft;
 use super::Role;
 
 /// When this server last received an AppendEntries (entries or heartbeat) from a leader at
-/// least as new as the one it knows, and from whom. The campaign timer, fast failover and
-/// client service ([`super::serving`]) read it.
+/// least as new as the one it knows, from whom, and the leader's commit index then. The
+/// campaign timer, fast failover and client service ([`super::serving`]) read it.
+///
+/// A contact after a silence longer than `gap` (or the first since start) marks a return:
+/// the leader's commit index at that moment is what this member must apply before it serves
+/// clients again, as a ZooKeeper follower syncs with its leader before it serves.
 pub struct LeaderContact {
-    last: Mutex<Option<(u64, Instant)>>,
+    state: Mutex<Contact>,
+    gap: Duration,
+}
+
+#[derive(Default)]
+struct Contact {
+    last: Option<(u64, Instant)>,
+    /// Set at a return: the commit index to apply before serving again (`None` until a
+    /// contact reports one: a return may start with a snapshot chunk, which carries none).
+    catch_up: Option<Option<u64>>,
 }
 
 impl LeaderContact {
-    pub fn new() -> LeaderContact {
-        LeaderContact { last: Mutex::new(None) }
+    /// Contact tracking where a silence longer than `gap` makes a return.
+    pub fn new(gap: Duration) -> LeaderContact {
+        LeaderContact { state: Mutex::new(Contact::default()), gap }
     }
 
-    /// Records an AppendEntries from `leader`, now.
-    pub fn heard(&self, leader: u64) {
-        *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((leader, Instant::now()));
+    fn lock(&self) -> std::sync::MutexGuard<'_, Contact> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records an AppendEntries (or snapshot chunk) from `leader`, now, with the commit index
+    /// it reported, if it reported one.
+    pub fn heard(&self, leader: u64, leader_commit: Option<u64>) {
+        let now = Instant::now();
+        let mut c = self.lock();
+        let returning = c.last.is_none_or(|(_, at)| now.duration_since(at) > self.gap);
+        if returning {
+            if c.catch_up.is_none() {
+                tracing::info!(
+                    leader,
+                    commit = ?leader_commit,
+                    "leader heard after a silence: catching up to its commit point before serving clients"
+                );
+            }
+            c.catch_up = Some(leader_commit);
+        } else if c.catch_up == Some(None) {
+            c.catch_up = Some(leader_commit);
+        }
+        c.last = Some((leader, now));
     }
 
     /// The last leader heard from and when.
     pub fn last(&self) -> Option<(u64, Instant)> {
-        *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lock().last
     }
-}
 
-impl Default for LeaderContact {
-    fn default() -> Self {
-        LeaderContact::new()
+    /// Whether this member, having applied up to `applied`, has caught up since its last
+    /// return (always, if it had none to catch up with).
+    pub fn caught_up(&self, applied: u64) -> bool {
+        let mut c = self.lock();
+        match c.catch_up {
+            None => true,
+            Some(Some(target)) if applied >= target => {
+                c.catch_up = None;
+                true
+            }
+            Some(_) => false,
+        }
     }
 }
 
@@ -197,8 +239,9 @@ pub async fn campaign(raft: Raft, mut stop: tokio::sync::watch::Receiver<bool>) 
         lease: raft.lease(),
         vote_window: Duration::from_millis(raft.options().vote_window_ms()),
     };
-    // Campaigns this server started since a leader was last known.
+    // Campaigns this server started since a leader was last known, and pre-vote rounds.
     let mut campaigns = 0u32;
+    let mut rounds = 0u32;
     let next_wait = |leader_known: bool, campaigning: bool, campaigns: u32| {
         timing.wait(leader_known, campaigning, campaigns, rand::rng().random::<f64>())
     };
@@ -231,23 +274,30 @@ pub async fn campaign(raft: Raft, mut stop: tokio::sync::watch::Receiver<bool>) 
         }
         if let Some((_, at)) = raft.contact.last().filter(|(_, at)| *at > since) {
             campaigns = 0;
+            rounds = 0;
             since = at;
             wait = next_wait(true, false, 0);
         }
         if status.role == Role::Leader || !status.voters.contains(&me) {
             campaigns = 0;
+            rounds = 0;
             since = Instant::now();
             continue;
         }
         if since.elapsed() < wait {
             continue;
         }
-        tracing::info!(
-            voters = status.voters.len(),
-            silent_ms = since.elapsed().as_millis() as u64,
-            earlier_campaigns = campaigns,
-            "no leader heard: asking the other voters (pre-vote)"
-        );
+        // Said once per silence: a member cut off from the others asks every 75-150 ms.
+        if rounds == 0 {
+            tracing::info!(
+                voters = status.voters.len(),
+                silent_ms = since.elapsed().as_millis() as u64,
+                "no leader heard: asking the other voters (pre-vote), again until one is"
+            );
+        } else {
+            tracing::debug!(rounds, earlier_campaigns = campaigns, "no leader heard: pre-vote again");
+        }
+        rounds = rounds.saturating_add(1);
         since = Instant::now();
         wait = next_wait(false, false, campaigns);
         if let Err(e) = raft.inner.trigger().elect(true).await {

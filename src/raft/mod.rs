@@ -259,7 +259,7 @@ impl Raft {
         let raft = Raft {
             inner,
             id: options.id,
-            contact: Arc::new(election::LeaderContact::new()),
+            contact: Arc::new(election::LeaderContact::new(serving::limit(&options))),
             options: Arc::new(options),
         };
         if !raft.inner.is_initialized().await.map_err(text)? {
@@ -313,6 +313,13 @@ impl Raft {
     /// The current leader, if one is known.
     pub fn leader(&self) -> Option<u64> {
         self.inner.metrics().borrow_watched().current_leader
+    }
+
+    /// Whether this member may serve clients at this instant (the `serving` flag follows it
+    /// every 50 ms; a handshake asks here, so that a member thawed after a pause cannot take
+    /// a session in the moment before the flag catches up with it).
+    pub fn may_serve(&self) -> bool {
+        self.options.standalone || serving::may_serve(self, &self.status(), serving::limit(&self.options))
     }
 
     /// Whether this member is the leader now.
@@ -426,7 +433,7 @@ impl Raft {
         use network::RaftResponse as A;
         match req {
             Q::AppendEntries(rpc) => {
-                self.heard_from(&rpc.vote);
+                self.heard_from(&rpc.vote, rpc.leader_commit.map(|l| l.index));
                 A::AppendEntries(self.inner.append_entries(rpc).await)
             }
             Q::Vote(rpc) => A::Vote(self.inner.vote(rpc).await),
@@ -437,11 +444,11 @@ impl Raft {
 
     /// Records contact from a leader whose vote is at least ours: a deposed leader that has
     /// not yet learnt of its successor does not count.
-    fn heard_from(&self, vote: &Vote) {
+    fn heard_from(&self, vote: &Vote, leader_commit: Option<u64>) {
         // Terms, not votes: `Vote`'s comparison panics on two committed votes of one term.
         let current = self.inner.metrics().borrow_watched().current_term;
         if vote.leader_id.term >= current {
-            self.contact.heard(vote.leader_id.node_id);
+            self.contact.heard(vote.leader_id.node_id, leader_commit);
         }
     }
 

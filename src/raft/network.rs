@@ -394,13 +394,22 @@ impl<T: Transport> RaftNetworkV2<TypeConfig> for PeerNetwork<T> {
 
     /// openraft's pre-vote. Its default grants every pre-vote without asking, which would
     /// make every round a real election: the receiver decides here (its leader lease and the
-    /// candidate's log), and a member that does not answer grants nothing.
+    /// candidate's log), and a member that does not answer grants nothing. A member cut off
+    /// from the others runs a round every 75-150 ms, and openraft logs a warning for every
+    /// failed request of each; so a peer that cannot be reached is reported to openraft as a
+    /// refusal (a vote lower than any it holds, no log: it changes nothing there), and to
+    /// the peer's health log, which says it once a minute.
     async fn pre_vote(
         &mut self,
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.ask_vote(RaftRequest::PreVote(rpc), &option).await
+        match self.ask_vote(RaftRequest::PreVote(rpc), &option).await {
+            Err(RPCError::Unreachable(_) | RPCError::Network(_) | RPCError::Timeout(_)) => {
+                Ok(VoteResponse::new(Vote::new(0, 0), None, false))
+            }
+            answer => answer,
+        }
     }
 
     async fn full_snapshot(

@@ -9,6 +9,41 @@ use std::time::Duration;
 use super::Raft;
 use super::Role;
 
+/// How long a follower may go without hearing from its leader and still serve: two leader
+/// leases, but never less than one tick (see [`watch`]). A longer silence is also a return
+/// after which the member catches up before serving.
+pub fn limit(options: &super::Options) -> Duration {
+    Duration::from_millis((options.election_ms * 2 * 2).max(options.tick_ms))
+}
+
+/// Whether this member may serve clients now, from `status`: it knows a leader and, if it
+/// is the leader, a quorum acknowledged it within `limit`, or else it heard from the leader
+/// within `limit` and has caught up since its last return.
+pub fn may_serve(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
+    let me = raft.id();
+    match status.leader {
+        None => false,
+        // The sole voter of a one-member ensemble (a zoo.cfg with one server.N line) is
+        // its own quorum: with no follower to acknowledge it, the last acknowledgement
+        // ages while it idles, and its service was suspended two leases after its last
+        // write, for good (no client could connect to write again).
+        Some(l) if l == me => {
+            status.voters == [me]
+                || (status.role == Role::Leader
+                    && status.quorum_ack_ms.is_some_and(|ms| Duration::from_millis(ms) < limit))
+        }
+        // A follower serves while its leader is heard from: it does not campaign (so never
+        // forgets the leader) until a majority has lost the leader too. After a silence it
+        // first applies what the leader had committed when it was heard again (see
+        // `LeaderContact`): a member that missed writes, and maybe session expiries, must
+        // not serve (nor accept a reconnecting session) from a state that old.
+        Some(l) => {
+            raft.contact.last().is_some_and(|(from, at)| from == l && at.elapsed() < limit)
+                && raft.contact.caught_up(status.applied_index)
+        }
+    }
+}
+
 /// Flips `serving` while this member runs, and counts elections
 /// (`warden_raft_elections`). A standalone server is its own quorum and always serves.
 ///
@@ -32,7 +67,7 @@ pub async fn watch(
         return;
     }
     let mut tick = tokio::time::interval(Duration::from_millis(50));
-    let limit = (raft.lease() * 2).max(Duration::from_millis(raft.options().tick_ms));
+    let limit = limit(raft.options());
     let mut last_term = 0u64;
     loop {
         tokio::select! {
@@ -57,21 +92,7 @@ pub async fn watch(
                 }
             }
         }
-        let ok = match status.leader {
-            None => false,
-            // The sole voter of a one-member ensemble (a zoo.cfg with one server.N line) is
-            // its own quorum: with no follower to acknowledge it, the last acknowledgement
-            // ages while it idles, and its service was suspended two leases after its last
-            // write, for good (no client could connect to write again).
-            Some(l) if l == me => {
-                status.voters == [me]
-                    || (status.role == Role::Leader
-                        && status.quorum_ack_ms.is_some_and(|ms| Duration::from_millis(ms) < limit))
-            }
-            // A follower serves while its leader is heard from: it does not campaign (so never
-            // forgets the leader) until a majority has lost the leader too.
-            Some(l) => raft.contact.last().is_some_and(|(from, at)| from == l && at.elapsed() < limit),
-        };
+        let ok = may_serve(&raft, &status, limit);
         if *serving.borrow() != ok {
             tracing::info!(serving = ok, leader = ?status.leader, "client service {}", if ok { "resumed" } else { "suspended" });
             let _ = serving.send(ok);

@@ -264,7 +264,7 @@ impl Receiving {
         done: bool,
     ) -> Result<Option<openraft::raft::SnapshotResponse<TypeConfig>>, String> {
         use tokio::io::AsyncWriteExt;
-        raft.heard_from(&vote);
+        raft.heard_from(&vote, None);
         if offset == 0 {
             self.file = Some((begin_receiving(&self.dir).map_err(|e| e.to_string())?, 0));
         }

@@ -46,6 +46,10 @@ pub trait ApplyHook: Send + Sync + 'static {
     /// A session was closed or expired through the log: the server holding its connection
     /// closes it (ZooKeeper closes the connection of a closed session on every server).
     fn session_closed(&self, _session_id: i64) {}
+    /// The whole tree was replaced (a snapshot installed from the leader), under the tree's
+    /// write lock: what `applied` and `session_closed` would have reported for the txns in
+    /// between is told here, before any read sees `new`.
+    fn replaced(&self, _old: &DataTree, _new: &DataTree) {}
 }
 
 /// The tree shared between the state machine (writer) and client reads.
@@ -293,8 +297,15 @@ impl StateMachine {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let last_zxid = file.tree.last_zxid();
-        *self.shared.write() = file.tree;
+        let old = {
+            let mut tree = self.shared.write();
+            let old = std::mem::replace(&mut *tree, file.tree);
+            self.hook.replaced(&old, &tree);
+            old
+        };
         self.shared.applied.send_replace(last_zxid);
+        // The old tree is freed outside the lock: a large one takes a while.
+        drop(old);
         tracing::info!(
             index = meta.last_log_id.map_or(0, |l| l.index),
             bytes,

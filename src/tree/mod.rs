@@ -507,6 +507,24 @@ impl DataTree {
         Ok(i32::try_from(count).unwrap_or(i32::MAX))
     }
 
+    /// Every path below `path` (not `path` itself), each parent before its children.
+    pub fn subtree(&self, path: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut todo = vec![path.to_owned()];
+        while let Some(parent) = todo.pop() {
+            let slash = if parent == "/" { "" } else { "/" };
+            let start = todo.len();
+            for name in self.nodes.children(&parent) {
+                let child = format!("{parent}{slash}{name}");
+                out.push(child.clone());
+                todo.push(child);
+            }
+            // Visit in name order: the stack pops the last pushed first.
+            todo[start..].reverse();
+        }
+        out
+    }
+
     /// `getEphemerals`: the session's ephemerals at or below `prefix` ("" or "/" for all).
     pub fn ephemerals(&self, session_id: i64, prefix: &str) -> Vec<String> {
         let Some(s) = self.sessions.get(&session_id) else { return Vec::new() };

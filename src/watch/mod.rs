@@ -236,6 +236,69 @@ impl WatchManager {
         }
     }
 
+    /// The tree was replaced whole (a snapshot installed from the leader): fires every watch
+    /// the change between `old` and `new` triggers, as the txns in between would have, then
+    /// at `new`'s zxid. Call under the tree's write lock, before any read can see `new`, so
+    /// every event is queued before a reply that shows its change.
+    ///
+    /// The events are inferred from the two trees, as ZooKeeper's `setWatches` infers them
+    /// on reconnect: a node gone is NodeDeleted, a new node NodeCreated, one replaced by a
+    /// node of the same path (another czxid) NodeDeleted then NodeCreated, a new mzxid
+    /// NodeDataChanged, a new pzxid NodeChildrenChanged. Only watched paths are compared
+    /// (and, under a recursive watch, its whole subtree in either tree). Deletions go first,
+    /// deepest first, then creations, parents first, then data and child changes.
+    pub fn tree_replaced(&self, old: &DataTree, new: &DataTree) {
+        let candidates = {
+            let inner = self.lock();
+            if inner.data.is_empty() && inner.child.is_empty() {
+                return;
+            }
+            let mut paths: std::collections::BTreeSet<String> =
+                inner.data.keys().chain(inner.child.keys()).cloned().collect();
+            if inner.recursive > 0 {
+                let roots: Vec<&String> = inner
+                    .data
+                    .iter()
+                    .filter(|(_, w)| w.values().any(|m| *m == Mode::Recursive))
+                    .map(|(p, _)| p)
+                    .collect();
+                for root in roots {
+                    paths.extend(old.subtree(root));
+                    paths.extend(new.subtree(root));
+                }
+            }
+            paths
+        };
+        let (mut deleted, mut created, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        let change =
+            |event, path: &str, acl: &crate::tree::SharedAcl| Change { event, path: path.to_owned(), acl: acl.clone() };
+        for path in &candidates {
+            match (old.node(path), new.node(path)) {
+                (None, None) => {}
+                (Some(o), None) => deleted.push(change(EventType::NodeDeleted, path, o.acl)),
+                (None, Some(n)) => created.push(change(EventType::NodeCreated, path, n.acl)),
+                (Some(o), Some(n)) => {
+                    if o.stat.czxid != n.stat.czxid {
+                        deleted.push(change(EventType::NodeDeleted, path, o.acl));
+                        created.push(change(EventType::NodeCreated, path, n.acl));
+                    } else if o.stat.mzxid != n.stat.mzxid {
+                        changed.push(change(EventType::NodeDataChanged, path, n.acl));
+                    }
+                    if o.stat.czxid == n.stat.czxid && o.stat.pzxid != n.stat.pzxid {
+                        changed.push(change(EventType::NodeChildrenChanged, path, n.acl));
+                    }
+                }
+            }
+        }
+        // Candidates come in path order, where a parent sorts before its children.
+        deleted.reverse();
+        let changes: Vec<Change> = deleted.into_iter().chain(created).chain(changed).collect();
+        if !changes.is_empty() {
+            tracing::info!(events = changes.len(), "tree replaced by a snapshot: firing the watches it triggers");
+        }
+        self.trigger(new.last_zxid(), &changes);
+    }
+
     /// Removes watches of `session` at `path` of the given `WatcherType`; true if any existed.
     /// With `dry_run` only checks (`checkWatches`).
     pub fn remove(&self, session: i64, path: &str, watcher_type: jute::WatcherType, dry_run: bool) -> bool {
@@ -344,5 +407,95 @@ impl WatchManager {
     pub fn count(&self) -> usize {
         let inner = self.lock();
         inner.data.values().map(HashMap::len).sum::<usize>() + inner.child.values().map(HashMap::len).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::txn::CreateOp;
+    use crate::tree::txn::Txn;
+    use crate::tree::txn::TxnOp;
+
+    fn apply(tree: &mut DataTree, op: TxnOp) {
+        let zxid = tree.last_zxid() + 1;
+        let (r, _) = tree.apply(zxid, &Txn { session_id: 0, time_ms: 1, auth: Default::default(), op });
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    fn create(tree: &mut DataTree, path: &str) {
+        apply(
+            tree,
+            TxnOp::Create(CreateOp { path: path.into(), data: None, acl: AclEntry::open(), flags: 0, ttl: -1 }),
+        );
+    }
+
+    fn set(tree: &mut DataTree, path: &str) {
+        apply(tree, TxnOp::SetData { path: path.into(), data: Some(bytes::Bytes::from_static(b"x")), version: -1 });
+    }
+
+    fn delete(tree: &mut DataTree, path: &str) {
+        apply(tree, TxnOp::Delete { path: path.into(), version: -1 });
+    }
+
+    /// A session's events, as (type, path), in the order they were queued.
+    fn events(rx: &mut futures::channel::mpsc::UnboundedReceiver<Event>) -> Vec<(EventType, String)> {
+        let mut out = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            let t = EventType::try_from(e.event.event_type).expect("event type");
+            out.push((t, e.event.path));
+        }
+        out
+    }
+
+    /// A tree replaced whole (a snapshot from the leader) fires what the txns in between
+    /// would have: data, exist, child and recursive watches, one-shots once, deletions
+    /// (deepest first) before creations, at the new tree's zxid; unwatched changes fire
+    /// nothing.
+    #[test]
+    fn a_replaced_tree_fires_the_watches_its_changes_trigger() {
+        let mut old = DataTree::new();
+        for p in ["/d", "/gone", "/p", "/p/kid", "/r", "/r/a", "/r/a/b", "/quiet", "/again"] {
+            create(&mut old, p);
+        }
+        let mut new = old.clone();
+        set(&mut new, "/d");
+        delete(&mut new, "/gone");
+        create(&mut new, "/born");
+        create(&mut new, "/p/kid2");
+        delete(&mut new, "/r/a/b");
+        create(&mut new, "/r/c");
+        set(&mut new, "/quiet");
+        delete(&mut new, "/again");
+        create(&mut new, "/again");
+
+        let w = WatchManager::default();
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        w.connect(1, tx, std::sync::Arc::from([]));
+        w.add(Table::Data, "/d", 1, Mode::Standard);
+        w.add(Table::Data, "/gone", 1, Mode::Standard);
+        w.add(Table::Data, "/born", 1, Mode::Standard); // an exist watch
+        w.add(Table::Child, "/p", 1, Mode::Standard);
+        w.add(Table::Data, "/again", 1, Mode::Standard);
+        w.add_persistent("/r", 1, true);
+        w.tree_replaced(&old, &new);
+        use EventType::*;
+        assert_eq!(
+            events(&mut rx),
+            vec![
+                (NodeDeleted, "/r/a/b".into()),
+                (NodeDeleted, "/gone".into()),
+                (NodeDeleted, "/again".into()),
+                (NodeCreated, "/born".into()),
+                (NodeCreated, "/r/c".into()),
+                (NodeDataChanged, "/d".into()),
+                (NodeChildrenChanged, "/p".into()),
+            ]
+        );
+        // One-shots are gone, the recursive watch stays.
+        assert_eq!(w.by_session().get(&1).map(|p| p.iter().cloned().collect::<Vec<_>>()), Some(vec!["/r".into()]));
+        // Nothing changed, nothing fires.
+        w.tree_replaced(&new, &new.clone());
+        assert!(events(&mut rx).is_empty());
     }
 }
