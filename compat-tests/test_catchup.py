@@ -12,8 +12,8 @@ past `snapCount` and `commitLogCount` (so Warden's follower installs a snapshot 
 losing its leader for long), a follower cut off by a real network partition (its own network
 namespace) long enough for the leader to expire a session connected to it, and a seeded
 random mix of both. The watchers are kazoo clients, a raw-wire client that checks the order
-of events and replies frame by frame (`WatchProbe`), and a Curator CuratorCache whose view
-must end equal to the tree.
+of events and replies frame by frame (`WatchProbe`), and a Curator CuratorCache
+(cache_witness.py) whose view must end equal to the tree.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from kazoo.exceptions import KazooException
 import harness
 import netns
 import zkwire as w
+from cache_witness import CacheWitness, diff, tree_view
 from ensemble import Ensemble
 
 WARDEN = harness.default_kind() == "warden"
@@ -214,6 +215,8 @@ def test_frozen_follower_catching_up_by_snapshot_fires_every_watch(clients):
         watcher.sync(base)
         got = kazoo_events(watcher, keys[0])
         probe = WatchProbe(ens.hostports[f], keys)
+        cache = CacheWitness(ens.hostports[f], base)
+        cache.wait_ready(120)
         ens.sigstop(f)
         try:
             for k in keys:
@@ -232,6 +235,11 @@ def test_frozen_follower_catching_up_by_snapshot_fires_every_watch(clients):
         assert got[0][1:] == ("CHANGED", keys[0])
         watcher.sync(base)
         assert watcher.get(keys[0])[0] == b"v1"
+        cache.wait_quiet(1.0, 60)
+        differences = diff(cache.dump(), tree_view(writer, base))
+        assert not differences, f"Curator's cache on the follower ended unlike the tree: {differences}"
+        assert not cache.errors(), cache.describe()
+        cache.close()
         if WARDEN:
             assert installed_snapshot(ens, f), "the follower caught up without a snapshot: the test missed its case"
             assert probe.reconnects == 0, "the follower dropped its client although it never lost its leader"
@@ -261,6 +269,8 @@ def test_cut_off_follower_never_serves_a_session_expired_meanwhile(clients):
             watcher.sync(base)
             got = kazoo_events(watcher, f"{base}/w")
             probe = WatchProbe(ens.hostports[f], [f"{base}/w"])
+            cache = CacheWitness(ens.hostports[f], base)
+            cache.wait_ready(120)
             cut_at = time.monotonic()
             net.isolate(f)
             try:
@@ -272,8 +282,11 @@ def test_cut_off_follower_never_serves_a_session_expired_meanwhile(clients):
                 time.sleep(2)
             finally:
                 net.heal()
-            wait_until(lambda: doomed.state == KazooState.LOST, 60, "the client to learn its session expired")
-            after_cut = [s for t, s in states if t > cut_at]
+            # kazoo opens a new session right after LOST: only states between the cut and LOST
+            # belong to the expired one.
+            lost_at = wait_until(lambda: next((t for t, st in states if st == KazooState.LOST), None), 60,
+                                 "the client to learn its session expired")
+            after_cut = [st for t, st in states if cut_at < t <= lost_at]
             assert KazooState.CONNECTED not in after_cut, f"the expired session was served again: {states}"
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and probe.events < 1:
@@ -282,6 +295,12 @@ def test_cut_off_follower_never_serves_a_session_expired_meanwhile(clients):
             assert not probe.violations, probe.violations
             assert probe.events == 1 and not probe.expired
             wait_until(lambda: got, 30, "the watcher's event after the heal")
+            cache.wait_state("RECONNECTED", 60, since=cut_at)
+            cache.wait_quiet(1.0, 60)
+            differences = diff(cache.dump(), tree_view(writer, base))
+            assert not differences, f"Curator's cache on the returning follower ended unlike the tree: {differences}"
+            assert not cache.errors(), cache.describe()
+            cache.close()
             print(f"session expired {expired_at - cut_at:.1f}s into the cut; states after it: {after_cut}; "
                   f"raw watcher reconnects: {probe.reconnects}")
             if WARDEN:
@@ -344,13 +363,18 @@ def test_random_cut_offs_keep_watch_order_and_expired_sessions_out(clients):
                     finally:
                         (ens.sigcont(f) if how == "sigstop" else net.heal())
                     ens.wait_stable(60)
-                    wait_until(lambda: s.state in (KazooState.CONNECTED, KazooState.LOST), 60,
+                    def lost() -> float | None:
+                        return next((t for t, st in states if st == KazooState.LOST), None)
+
+                    wait_until(lambda: s.state == KazooState.CONNECTED or lost(), 60,
                                f"round {r}: the cut-off client to reconnect or learn its session expired")
                     if expired_at is None and retrying(lambda: writer.exists(eph)) is None:
                         expired_at = time.monotonic()
                     if expired_at is not None:
-                        wait_until(lambda: s.state == KazooState.LOST, 30, f"round {r}: the client to learn it expired")
-                        if any(st == KazooState.CONNECTED and t > expired_at for t, st in states):
+                        # kazoo opens a new session right after LOST; states up to LOST are the
+                        # expired session's.
+                        lost_at = wait_until(lost, 30, f"round {r}: the client to learn it expired")
+                        if any(st == KazooState.CONNECTED and expired_at < t < lost_at for t, st in states):
                             served_expired.append(f"round {r} ({how} {secs:.1f}s of member {f + 1}): {states}")
                     print(f"round {r}: {how} member {f + 1} for {secs:.1f}s; session "
                           f"{'expired' if expired_at else 'kept'}; probe events so far "
