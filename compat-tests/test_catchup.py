@@ -191,6 +191,19 @@ def kazoo_events(c, path: str) -> list:
     return got
 
 
+def ready_status(host: str, port: int = 8080) -> int | None:
+    """The HTTP status of Warden's GET /ready on `host`."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/ready", timeout=3) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
 def installed_snapshot(ens, i: int) -> bool:
     return "snapshot installed from the leader" in open(ens.members[i].log_path, errors="replace").read()
 
@@ -253,8 +266,10 @@ def test_cut_off_follower_never_serves_a_session_expired_meanwhile(clients):
     must learn its session expired: the follower never accepts it again. A watcher on the same
     follower (a longer session) gets the events for what changed meanwhile."""
     net = netns.Net(3)
+    # Warden's /ready tells an orchestrator whether a member serves (ZooKeeper has no /ready).
+    admin = {"admin.enableServer": "true", "admin.serverAddress": "0.0.0.0", "admin.serverPort": 8080} if WARDEN else {}
     try:
-        with netns.NetEnsemble(net, 3, name="cut-expire", extra_cfg=CATCHUP_CFG) as ens:
+        with netns.NetEnsemble(net, 3, name="cut-expire", extra_cfg={**CATCHUP_CFG, **admin}) as ens:
             leader = ens.leader()
             f = (leader + 1) % 3
             writer = clients([ens.hostports[leader]], timeout=30)
@@ -279,6 +294,8 @@ def test_cut_off_follower_never_serves_a_session_expired_meanwhile(clients):
                 wait_until(lambda: writer.exists(f"{base}/eph") is None, 30,
                            "the leader to expire the cut-off client's session")
                 expired_at = time.monotonic()
+                if WARDEN:
+                    assert ready_status(net.addr(f)) == 503, "a member cut off from its leader says it is ready"
                 time.sleep(2)
             finally:
                 net.heal()
@@ -295,6 +312,8 @@ def test_cut_off_follower_never_serves_a_session_expired_meanwhile(clients):
             assert not probe.violations, probe.violations
             assert probe.events == 1 and not probe.expired
             wait_until(lambda: got, 30, "the watcher's event after the heal")
+            if WARDEN:
+                wait_until(lambda: ready_status(net.addr(f)) == 200, 30, "the returning member to be ready again")
             cache.wait_state("RECONNECTED", 60, since=cut_at)
             cache.wait_quiet(1.0, 60)
             differences = diff(cache.dump(), tree_view(writer, base))

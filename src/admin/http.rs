@@ -311,6 +311,17 @@ async fn kill(State(d): State<View>, headers: HeaderMap, Path(id): Path<String>)
     }
 }
 
+/// 200 while this server serves clients; 503 while it does not (no leader or quorum, or a
+/// member still catching up with its leader), so a load balancer or an orchestrator's
+/// readiness probe sends clients elsewhere.
+async fn ready(State(d): State<View>) -> Response {
+    if *d.serving.borrow() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not serving\n").into_response()
+    }
+}
+
 /// Serves the admin endpoints until `stop` fires.
 pub async fn serve(addr: SocketAddr, d: View, stop: tokio::sync::watch::Receiver<bool>) {
     let app = Router::new()
@@ -318,7 +329,7 @@ pub async fn serve(addr: SocketAddr, d: View, stop: tokio::sync::watch::Receiver
         .route("/commands/{name}", get(command))
         .route("/sessions", get(sessions))
         .route("/sessions/{id}/kill", post(kill))
-        .route("/ready", get(|| async { (StatusCode::OK, "ready\n") }))
+        .route("/ready", get(ready))
         .route("/health", get(|| async { (StatusCode::OK, "ok\n") }))
         .with_state(d);
     super::serve_router(addr, app, "admin server", stop).await;

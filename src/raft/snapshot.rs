@@ -136,11 +136,17 @@ fn remove_older_snapshots(dir: &Path, newest: &Path) -> std::io::Result<()> {
 
 /// Writes a snapshot file durably through `fill` (temp file, fsync, rename, fsync the
 /// directory), removes older ones, and returns the file's size.
+///
+/// Returns the size and the file open for reading from its start. The handle is opened
+/// before the rename: a newer snapshot installed from the leader meanwhile removes this one
+/// by name as soon as it is in place (it is older), and a reopen by name then failed with
+/// ENOENT, which openraft takes as a fatal storage error (seen once in a randomized catch-up
+/// run). The open handle keeps the data for whoever reads it.
 pub(super) fn write_snapshot_with(
     dir: &Path,
     last: &Option<LogId>,
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
-) -> std::io::Result<u64> {
+) -> std::io::Result<(u64, std::fs::File)> {
     use std::io::Write;
     let path = snapshot_path(dir, last);
     let tmp = path.with_extension("tmp");
@@ -152,10 +158,25 @@ pub(super) fn write_snapshot_with(
         f.sync_all()?;
         f.metadata()?.len()
     };
+    let reader = std::fs::File::open(&tmp)?;
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
     remove_older_snapshots(dir, &path)?;
-    Ok(size)
+    Ok((size, reader))
+}
+
+/// The newest snapshot in `dir` with its meta, open at its start. A snapshot listed and then
+/// removed before it is opened (a newer one was just put in place) is looked for again.
+pub(super) fn open_newest(dir: &Path) -> std::io::Result<Option<(SnapshotMeta, std::fs::File)>> {
+    let mut tries = 0;
+    loop {
+        let Some(path) = newest_snapshot(dir)? else { return Ok(None) };
+        match open_snapshot(&path) {
+            Ok(opened) => return Ok(Some(opened)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The path of `file` if it is one of the files `begin_receiving_snapshot` made in `dir`
@@ -182,10 +203,11 @@ pub(super) fn receiving_path(dir: &Path, file: &std::fs::File) -> std::io::Resul
 /// directory, remove older snapshots. Returns its size.
 pub(super) fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId>) -> std::io::Result<u64> {
     let path = snapshot_path(dir, last);
+    let size = std::fs::metadata(received)?.len();
     std::fs::rename(received, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
     remove_older_snapshots(dir, &path)?;
-    Ok(std::fs::metadata(&path)?.len())
+    Ok(size)
 }
 
 /// Builds snapshots from an O(1) clone of the tree.
@@ -203,7 +225,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         // memory, and the runtime's workers keep serving meanwhile. openraft keeps only the
         // returned meta; followers get the data from the file (`get_current_snapshot`).
         let (file, dir) = (self.file.clone(), self.dir.clone());
-        let size = tokio::task::spawn_blocking(move || {
+        let (size, written) = tokio::task::spawn_blocking(move || {
             write_snapshot_with(&dir, &file.last_applied, |w| {
                 postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
             })
@@ -220,11 +242,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             ms = started.elapsed().as_millis() as u64,
             "snapshot written"
         );
-        let path = snapshot_path(&self.dir, &self.file.last_applied);
-        let file = std::fs::File::open(&path).map_err(snap_err)?;
         Ok(Snapshot {
             meta: meta_of(self.file.last_applied, self.file.membership.clone()),
-            snapshot: tokio::fs::File::from_std(file),
+            snapshot: tokio::fs::File::from_std(written),
         })
     }
 }

@@ -21,7 +21,6 @@ use super::next_zxid;
 use super::snapshot::decode_snapshot;
 use super::snapshot::install_snapshot_file;
 use super::snapshot::newest_snapshot;
-use super::snapshot::open_snapshot;
 use super::snapshot::receiving_path;
 use super::snapshot::remove_where;
 use super::snapshot::snap_err;
@@ -205,11 +204,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         // Only the header is decoded: openraft asks for this at start for the meta alone.
-        if let Some(path) = newest_snapshot(&self.dir).map_err(snap_err)? {
-            let (meta, file) = open_snapshot(&path).map_err(snap_err)?;
-            return Ok(Some(Snapshot { meta, snapshot: tokio::fs::File::from_std(file) }));
-        }
-        Ok(None)
+        let newest = super::snapshot::open_newest(&self.dir).map_err(snap_err)?;
+        Ok(newest.map(|(meta, file)| Snapshot { meta, snapshot: tokio::fs::File::from_std(file) }))
     }
 }
 
@@ -286,7 +282,7 @@ impl StateMachine {
             None => {
                 use std::io::Seek;
                 received.seek(std::io::SeekFrom::Start(0)).map_err(snap_err)?;
-                let bytes =
+                let (bytes, _) =
                     write_snapshot_with(&self.dir, &meta.last_log_id, |w| std::io::copy(&mut received, w).map(|_| ()))
                         .map_err(snap_err)?;
                 drop(received);
@@ -321,6 +317,7 @@ impl StateMachine {
 mod tests {
     use super::*;
     use crate::raft::snapshot::begin_receiving;
+    use crate::raft::snapshot::open_snapshot;
     use crate::raft::snapshot::snapshot_path;
     use crate::raft::typ::Entry;
     use crate::raft::TxnBatch;
@@ -585,6 +582,35 @@ mod tests {
         let reopened = state_machine(dir.path(), DataTree::new());
         assert_eq!(reopened.last_applied, id(30));
         assert_eq!(names(dir.path()), [name(id(20), "bin"), name(id(30), "bin")]);
+    }
+
+    /// The file a snapshot build hands to openraft stays readable when a newer snapshot (one
+    /// installed from the leader meanwhile) removes it by name: the build no longer reopens it
+    /// by name, which failed with ENOENT and stopped Raft (a randomized catch-up run).
+    #[test]
+    fn a_built_snapshot_stays_readable_when_a_newer_one_removes_it() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut tree = DataTree::new();
+        create(&mut tree, "/a", vec![3u8; 5000]);
+        let write = |index| {
+            let last = Some(LogId::new(crate::raft::LeaderId { term: 1, node_id: 0 }, index));
+            let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
+            write_snapshot_with(dir.path(), &last, |w| {
+                postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
+            })
+            .expect("write")
+        };
+        let (size, mut older) = write(10);
+        let _ = write(20);
+        assert_eq!(names(dir.path()).len(), 1, "the newer snapshot removed the older by name");
+        let mut bytes = Vec::new();
+        older.read_to_end(&mut bytes).expect("read the removed snapshot through its handle");
+        assert_eq!(bytes.len() as u64, size);
+        let back: SnapshotFile = postcard::from_bytes(&bytes).expect("decode");
+        assert_eq!(back.tree.node_count(), tree.node_count());
+        let newest = crate::raft::snapshot::open_newest(dir.path()).expect("open").expect("a snapshot");
+        assert_eq!(newest.0.last_log_id.map(|l| l.index), Some(20));
     }
 
     /// A truncated file is an error, not a panic or a partial tree.
