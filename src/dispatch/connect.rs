@@ -19,6 +19,10 @@ use crate::tree::acl::AuthId;
 use crate::tree::txn::Txn;
 use crate::tree::txn::TxnOp;
 
+/// How long a follower waits for the leader's revalidation of a resumed session, and then
+/// to apply what the leader had.
+const VALIDATE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A session a connection may serve.
 #[derive(Debug, Clone)]
 pub struct Session {
@@ -85,6 +89,19 @@ impl Dispatcher {
                 }
             };
         }
+        // A follower revalidates a resumed session with the leader first (ZooKeeper's
+        // `Learner.validateSession`): it may not have applied yet the expiry (or, the other
+        // way, the creation) of a session a client brings from another member.
+        if !self.0.raft.options().standalone && !self.0.raft.is_leader() {
+            match self.validate_with_leader(req.session_id).await {
+                Ok(true) => {}
+                Ok(false) => return Connected::Expired,
+                Err(why) => {
+                    tracing::debug!(%peer, reason = %why, "session not revalidated with the leader; closing");
+                    return Connected::Refused(Refusal::NoQuorum);
+                }
+            }
+        }
         let known = self.0.shared.read().session(req.session_id).map(|s| s.passwd.clone());
         match known {
             Some(pw) if pw == req.passwd => {
@@ -92,6 +109,28 @@ impl Dispatcher {
                 Connected::Established(Session { id: req.session_id, passwd: pw, timeout, resumed: true }, caller)
             }
             _ => Connected::Expired,
+        }
+    }
+
+    /// Asks the leader whether `session` is alive; if it is, waits until this member has
+    /// applied what the leader had when it answered, so the local session table has it.
+    async fn validate_with_leader(&self, session: i64) -> Result<bool, String> {
+        use crate::peer::PeerRequest;
+        use crate::peer::PeerResponse;
+        let (leader, addr) = self.0.raft.status().leader_addr().ok_or("no leader")?;
+        let client = self.0.peers.client(leader, &addr);
+        let answer = client.call(PeerRequest::ValidateSession(session), VALIDATE_PATIENCE).await;
+        match answer.map_err(|e| e.to_string())? {
+            PeerResponse::ValidateSession(Ok((false, _))) => Ok(false),
+            PeerResponse::ValidateSession(Ok((true, zxid))) => {
+                if self.0.shared.wait_applied(zxid, VALIDATE_PATIENCE).await {
+                    Ok(true)
+                } else {
+                    Err(format!("did not apply the leader's zxid {zxid:#x} in time"))
+                }
+            }
+            PeerResponse::ValidateSession(Err(e)) => Err(e),
+            other => Err(format!("unexpected answer {other:?}")),
         }
     }
 

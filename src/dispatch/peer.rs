@@ -50,6 +50,15 @@ impl crate::peer::PeerHandler for Dispatcher {
         Box::pin(async move { d.read_index().await.map_err(|e| e.to_string()) })
     }
 
+    fn validate_session(&self, session: i64) -> Result<(bool, i64), String> {
+        if !self.0.raft.is_leader() {
+            return Err("not the leader".into());
+        }
+        let tree = self.0.shared.read();
+        let alive = tree.session(session).is_some() && !self.0.sessions.is_closing(session);
+        Ok((alive, tree.last_zxid()))
+    }
+
     fn touch(&self, sessions: &[i64]) {
         for s in sessions {
             self.0.sessions.touch(*s);

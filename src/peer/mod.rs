@@ -42,7 +42,7 @@ use crate::raft::TxnBatch;
 use crate::tree::txn::TxnResult;
 
 /// Bumped on any incompatible change to the messages (3: Raft's messages in one variant,
-/// openraft's pre-vote instead of Warden's own).
+/// openraft's pre-vote instead of Warden's own, session revalidation).
 pub const PROTOCOL_VERSION: u16 = 3;
 /// Largest peer frame (snapshot chunks and batches are far smaller).
 const MAX_FRAME: usize = 256 << 20;
@@ -59,6 +59,9 @@ pub enum PeerRequest {
     ReadIndex,
     /// Sessions heard from at a follower since its last touch batch.
     Touch(Vec<i64>),
+    /// A follower asks the leader whether a session a client resumes on it is alive
+    /// (ZooKeeper's `Learner.validateSession`).
+    ValidateSession(i64),
 }
 
 /// The answer to a [`PeerRequest`].
@@ -68,6 +71,8 @@ pub enum PeerResponse {
     Forward(Result<Vec<TxnResult>, String>),
     ReadIndex(Result<i64, String>),
     Touch,
+    /// Whether the session is alive, and the leader's last applied zxid when it looked.
+    ValidateSession(Result<(bool, i64), String>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -272,6 +277,9 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn read_index(&self) -> futures::future::BoxFuture<'static, Result<i64, String>>;
     /// Sessions heard from at a follower.
     fn touch(&self, sessions: &[i64]);
+    /// On the leader: whether `session` is alive (not closed, not being expired), and the
+    /// last applied zxid.
+    fn validate_session(&self, session: i64) -> Result<(bool, i64), String>;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -347,6 +355,10 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
             PeerRequest::Touch(sessions) => {
                 h.touch(&sessions);
                 answer(&mut writer, id, PeerResponse::Touch).await?;
+            }
+            PeerRequest::ValidateSession(session) => {
+                let alive = h.validate_session(session);
+                answer(&mut writer, id, PeerResponse::ValidateSession(alive)).await?;
             }
             PeerRequest::ReadIndex => {
                 let fut = h.read_index();

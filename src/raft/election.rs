@@ -45,20 +45,37 @@ use super::Role;
 pub struct LeaderContact {
     state: Mutex<Contact>,
     gap: Duration,
+    settle: Duration,
 }
 
 #[derive(Default)]
 struct Contact {
     last: Option<(u64, Instant)>,
-    /// Set at a return: the commit index to apply before serving again (`None` until a
-    /// contact reports one: a return may start with a snapshot chunk, which carries none).
-    catch_up: Option<Option<u64>>,
+    catch_up: Option<CatchUp>,
+}
+
+/// What a returning member must apply before it serves again.
+struct CatchUp {
+    /// When the return was noticed.
+    since: Instant,
+    /// The highest commit index the leader reported within the settle time after `since`
+    /// (`None` while none did: a return may start with a snapshot chunk, which carries none).
+    target: Option<u64>,
 }
 
 impl LeaderContact {
-    /// Contact tracking where a silence longer than `gap` makes a return.
-    pub fn new(gap: Duration) -> LeaderContact {
-        LeaderContact { state: Mutex::new(Contact::default()), gap }
+    /// Contact tracking where a silence longer than `gap` makes a return, and what the leader
+    /// reports within `settle` of a return sets the commit index to catch up to.
+    ///
+    /// Why a settle time: a member frozen (SIGSTOP, a VM pause) finds, when it wakes, the
+    /// heartbeats the leader sent while it slept queued in its sockets, each with the commit
+    /// index of its own moment. The first of them can name a commit this member had already
+    /// applied, and it then served at once from a state that missed the newer writes, session
+    /// expiries included (seen in the randomized catch-up test: a session the leader had
+    /// expired was accepted for 10 ms). What the leader reports a couple of heartbeats after
+    /// the wake was sent after it.
+    pub fn new(gap: Duration, settle: Duration) -> LeaderContact {
+        LeaderContact { state: Mutex::new(Contact::default()), gap, settle }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Contact> {
@@ -79,9 +96,11 @@ impl LeaderContact {
                     "leader heard after a silence: catching up to its commit point before serving clients"
                 );
             }
-            c.catch_up = Some(leader_commit);
-        } else if c.catch_up == Some(None) {
-            c.catch_up = Some(leader_commit);
+            c.catch_up = Some(CatchUp { since: now, target: leader_commit });
+        } else if let Some(cu) = c.catch_up.as_mut() {
+            if now.duration_since(cu.since) <= self.settle || cu.target.is_none() {
+                cu.target = cu.target.max(leader_commit);
+            }
         }
         c.last = Some((leader, now));
     }
@@ -95,13 +114,16 @@ impl LeaderContact {
     /// return (always, if it had none to catch up with).
     pub fn caught_up(&self, applied: u64) -> bool {
         let mut c = self.lock();
-        match c.catch_up {
-            None => true,
-            Some(Some(target)) if applied >= target => {
+        let Some(cu) = c.catch_up.as_ref() else { return true };
+        if cu.since.elapsed() <= self.settle {
+            return false;
+        }
+        match cu.target {
+            Some(target) if applied >= target => {
                 c.catch_up = None;
                 true
             }
-            Some(_) => false,
+            _ => false,
         }
     }
 }
@@ -318,6 +340,33 @@ mod tests {
             lease: Duration::from_millis(150),
             vote_window: Duration::from_millis(149),
         }
+    }
+
+    /// A first contact, or one after a silence longer than the gap, is a return: the member
+    /// may serve again only after the settle time, once it has applied the highest commit the
+    /// leader reported within it (a woken member's first heartbeats are stale ones queued while
+    /// it slept). Contacts without a gap need no catching up.
+    #[test]
+    fn a_return_waits_out_the_settle_time_and_the_highest_commit_reported_in_it() {
+        let settle = Duration::from_millis(30);
+        let c = LeaderContact::new(Duration::from_millis(200), settle);
+        assert!(c.caught_up(0), "nothing heard yet: nothing to catch up with");
+        c.heard(2, Some(10));
+        assert!(!c.caught_up(100), "within the settle time");
+        c.heard(2, Some(25));
+        std::thread::sleep(settle + Duration::from_millis(10));
+        c.heard(2, Some(90)); // after the settle time: not part of the target
+        assert!(!c.caught_up(24));
+        assert!(c.caught_up(25));
+        assert!(c.caught_up(0), "caught up: no target left");
+        c.heard(2, Some(200));
+        assert!(c.caught_up(0), "no gap, no return");
+        std::thread::sleep(Duration::from_millis(210));
+        c.heard(2, None); // a snapshot chunk: a return with no commit index yet
+        std::thread::sleep(settle + Duration::from_millis(10));
+        assert!(!c.caught_up(1_000), "a return waits for a reported commit index");
+        c.heard(2, Some(300));
+        assert!(c.caught_up(300));
     }
 
     #[test]

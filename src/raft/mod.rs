@@ -259,7 +259,11 @@ impl Raft {
         let raft = Raft {
             inner,
             id: options.id,
-            contact: Arc::new(election::LeaderContact::new(serving::limit(&options))),
+            contact: Arc::new(election::LeaderContact::new(
+                serving::limit(&options),
+                // What the leader sends after a member wakes arrives within a heartbeat or two.
+                Duration::from_millis(options.heartbeat_ms * 3).max(Duration::from_millis(50)),
+            )),
             options: Arc::new(options),
         };
         if !raft.inner.is_initialized().await.map_err(text)? {

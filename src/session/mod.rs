@@ -162,6 +162,13 @@ impl SessionTracker {
         out
     }
 
+    /// Whether the leader's expirer is closing this session (its CloseSession proposed, not
+    /// yet applied): it is as good as expired (ZooKeeper's `SessionTrackerImpl` answers
+    /// a revalidation of a closing session with false).
+    pub fn is_closing(&self, session: i64) -> bool {
+        self.lock().get(&session).is_some_and(|l| l.closing)
+    }
+
     /// A close that failed to commit may be retried.
     pub fn retry_close(&self, session: i64) {
         if let Some(l) = self.lock().get_mut(&session) {
