@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -95,13 +96,58 @@ pub enum PeerError {
     Codec(String),
 }
 
+/// How long data sent on a peer connection may stay unacknowledged by the other side's
+/// kernel before the connection is dropped (`TCP_USER_TIMEOUT`). Without it, a connection
+/// that lived through a partition keeps retransmitting with a backoff that reaches seconds,
+/// and stays silent that long after the network heals: a returning follower heard no
+/// heartbeat, and could forward no write, for 5 s after the heal (bench/catchup.py). A peer
+/// that is alive but slow (a long fsync, a paused process) still acknowledges at the TCP
+/// level, so this never cuts it off.
+const UNACKED_LIMIT: Duration = Duration::from_secs(1);
+
+/// Sets the socket options every peer connection gets, both ends: no Nagle delay, and
+/// [`UNACKED_LIMIT`].
+fn tune(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_user_timeout(Some(UNACKED_LIMIT)) {
+        tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set on a peer connection");
+    }
+}
+
 fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder().max_frame_length(MAX_FRAME).new_codec()
 }
 
 type Pending = oneshot::Sender<Result<PeerResponse, PeerError>>;
-/// Requests in flight on one connection, by id; `None` once the connection is lost.
-type PendingMap = Arc<Mutex<Option<HashMap<u64, Pending>>>>;
+
+/// Requests in flight on one connection, and when it last got an answer.
+struct Inflight {
+    /// By id: where the answer goes, when the request was sent, and when it is overdue.
+    requests: HashMap<u64, (Pending, Instant, Instant)>,
+    last_answer: Instant,
+}
+
+impl Inflight {
+    fn new() -> Inflight {
+        Inflight { requests: HashMap::new(), last_answer: Instant::now() }
+    }
+
+    /// A request is overdue and nothing at all was answered since it was sent: the TCP
+    /// connection is stuck, typically one that lived through a partition, whose
+    /// retransmissions back off to seconds apart, so it stays silent for seconds after the
+    /// network heals (seen: a returning follower heard no heartbeat for 5 s). A fresh
+    /// connection gets through at once.
+    fn stalled(&self, now: Instant) -> bool {
+        self.requests.values().any(|(_, sent, overdue)| now > *overdue && self.last_answer <= *sent)
+    }
+}
+
+/// The least time a request may go unanswered before its connection counts as stuck (see
+/// [`Inflight::stalled`]); a request with a longer timeout gets that.
+const STALL_AFTER: Duration = Duration::from_millis(500);
+
+/// Requests in flight on one connection; `None` once the connection is lost.
+type PendingMap = Arc<Mutex<Option<Inflight>>>;
 type Writer = FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>;
 
 /// Locks `m`, poisoned or not (nothing held under these locks is left half-changed).
@@ -112,7 +158,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Fails every request in flight on a connection, and marks it lost.
 fn fail_pending(pending: &PendingMap, addr: &str) {
     let taken = lock(pending).take();
-    for (_, done) in taken.into_iter().flatten() {
+    for (_, (done, _, _)) in taken.into_iter().flat_map(|i| i.requests) {
         let _ = done.send(Err(PeerError::Lost(addr.to_owned())));
     }
 }
@@ -129,10 +175,6 @@ struct Connection {
 }
 
 impl Connection {
-    fn is_lost(&self) -> bool {
-        lock(&self.pending).is_none()
-    }
-
     /// Fails what is in flight and stops reading; the connection is not used again.
     fn lose(&self, addr: &str) {
         fail_pending(&self.pending, addr);
@@ -161,18 +203,25 @@ impl PeerClient {
     }
 
     async fn connection(&self, connect_timeout: Duration) -> Result<Arc<Connection>, PeerError> {
-        if let Some(c) = lock(&self.conn).as_ref() {
-            if !c.is_lost() {
-                return Ok(c.clone());
+        let current = lock(&self.conn).clone();
+        if let Some(c) = current {
+            let stalled = lock(&c.pending).as_ref().map(|i| i.stalled(Instant::now()));
+            match stalled {
+                Some(false) => return Ok(c),
+                Some(true) => {
+                    tracing::debug!(addr = %self.addr, "peer connection stuck: opening another");
+                    c.lose(&self.addr);
+                }
+                None => {}
             }
         }
         let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(&self.addr))
             .await
             .map_err(|_| PeerError::Connect(self.addr.clone(), "timed out".into()))?
             .map_err(|e| PeerError::Connect(self.addr.clone(), e.to_string()))?;
-        let _ = stream.set_nodelay(true);
+        tune(&stream);
         let (r, w) = stream.into_split();
-        let pending: PendingMap = Arc::new(Mutex::new(Some(HashMap::new())));
+        let pending: PendingMap = Arc::new(Mutex::new(Some(Inflight::new())));
         let reader = tokio::spawn(read_answers(self.addr.clone(), r, pending.clone()));
         let conn = Arc::new(Connection {
             writer: tokio::sync::Mutex::new(FramedWrite::new(w, codec())),
@@ -198,8 +247,9 @@ impl PeerClient {
         let frame = postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id, body: req })
             .map_err(|e| PeerError::Codec(e.to_string()))?;
         let (done, wait) = oneshot::channel();
+        let now = Instant::now();
         match lock(&conn.pending).as_mut() {
-            Some(pending) => pending.insert(id, done),
+            Some(inflight) => inflight.requests.insert(id, (done, now, now + timeout.max(STALL_AFTER))),
             None => return Err(PeerError::Lost(self.addr.clone())),
         };
         // A write that cannot finish in time (a peer that stopped reading) leaves the frame
@@ -223,8 +273,8 @@ impl PeerClient {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => Err(PeerError::Lost(addr)),
                 Err(_) => {
-                    if let Some(pending) = lock(&conn.pending).as_mut() {
-                        pending.remove(&id);
+                    if let Some(inflight) = lock(&conn.pending).as_mut() {
+                        inflight.requests.remove(&id);
                     }
                     Err(PeerError::Timeout(timeout))
                 }
@@ -244,8 +294,11 @@ async fn read_answers(addr: String, r: tokio::net::tcp::OwnedReadHalf, pending: 
     while let Some(Ok(frame)) = reader.next().await {
         match postcard::from_bytes::<Envelope<PeerResponse>>(&frame) {
             Ok(env) if env.version == PROTOCOL_VERSION => {
-                let done = lock(&pending).as_mut().and_then(|p| p.remove(&env.id));
-                if let Some(done) = done {
+                let done = lock(&pending).as_mut().and_then(|i| {
+                    i.last_answer = Instant::now();
+                    i.requests.remove(&env.id)
+                });
+                if let Some((done, _, _)) = done {
                     let _ = done.send(Ok(env.body));
                 }
             }
@@ -297,7 +350,7 @@ pub async fn serve<H: PeerHandler>(
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let _ = stream.set_nodelay(true);
+        tune(&stream);
         let h = handler.clone();
         tokio::spawn(async move {
             if let Err(e) = server_connection(stream, h).await {
@@ -443,5 +496,27 @@ impl Transport for Peers {
 
     fn connect(&self, _target: u64, addr: &str) -> RaftClient {
         RaftClient(PeerClient::new(addr.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection is stuck when a request is overdue and nothing was answered since it was
+    /// sent; an overdue request followed by an answer (a slow one among fast ones) is not.
+    #[test]
+    fn a_connection_is_stuck_only_when_nothing_answers_past_a_deadline() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut i = Inflight::new();
+        i.last_answer = t0;
+        assert!(!i.stalled(at(10_000)), "nothing in flight");
+        let (done, _wait) = oneshot::channel();
+        i.requests.insert(1, (done, at(100), at(600)));
+        assert!(!i.stalled(at(599)), "not overdue yet");
+        assert!(i.stalled(at(601)), "overdue, and no answer since it was sent");
+        i.last_answer = at(300);
+        assert!(!i.stalled(at(601)), "the connection answered something after it was sent");
     }
 }
