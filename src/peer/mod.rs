@@ -163,6 +163,42 @@ fn fail_pending(pending: &PendingMap, addr: &str) {
     }
 }
 
+/// While a connect waits for its answer, another is started this often (at most
+/// [`CONNECT_TRIES`] in all), and the first to succeed is used. A SYN dropped by a partition
+/// is only sent again by the kernel after a second, then three: a connect begun just before
+/// the network heals would hold the member's heartbeats back that long after it (a returning
+/// follower heard its leader 750 ms after the heal in `bench/catchup.py`). A slow link still
+/// connects: no attempt is abandoned before the overall limit.
+const CONNECT_RETRY: Duration = Duration::from_millis(100);
+const CONNECT_TRIES: usize = 10;
+
+/// Connects to `addr` within `limit`, staggering attempts (see [`CONNECT_RETRY`]). A refusal
+/// ends it at once unless another attempt is still waiting.
+async fn connect(addr: &str, limit: Duration) -> Result<TcpStream, PeerError> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut attempts = FuturesUnordered::new();
+    let mut started = 0;
+    let mut next = tokio::time::Instant::now();
+    loop {
+        if started < CONNECT_TRIES && tokio::time::Instant::now() >= next {
+            attempts.push(TcpStream::connect(addr.to_owned()));
+            started += 1;
+            next += CONNECT_RETRY;
+        }
+        tokio::select! {
+            Some(result) = attempts.next() => match result {
+                Ok(stream) => return Ok(stream),
+                Err(e) if attempts.is_empty() => return Err(PeerError::Connect(addr.to_owned(), e.to_string())),
+                Err(_) => {}
+            },
+            _ = tokio::time::sleep_until(next), if started < CONNECT_TRIES => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(PeerError::Connect(addr.to_owned(), "timed out".into()));
+            }
+        }
+    }
+}
+
 /// One live connection to a peer. Callers write their own requests to the socket: a writer
 /// task would cost each request a task hand-off, which on a busy 2-worker runtime is a thread
 /// wake-up (docs/perf/pass-21.md). One task reads the answers.
@@ -215,10 +251,7 @@ impl PeerClient {
                 None => {}
             }
         }
-        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(&self.addr))
-            .await
-            .map_err(|_| PeerError::Connect(self.addr.clone(), "timed out".into()))?
-            .map_err(|e| PeerError::Connect(self.addr.clone(), e.to_string()))?;
+        let stream = connect(&self.addr, connect_timeout).await?;
         tune(&stream);
         let (r, w) = stream.into_split();
         let pending: PendingMap = Arc::new(Mutex::new(Some(Inflight::new())));
