@@ -14,6 +14,8 @@
 //! - [`peer`]: the peer port between members (Raft's transport, forwarded writes, touches).
 //! - [`stats`]: server statistics, read by admin.
 //! - [`admin`]: four-letter words, admin HTTP, Prometheus.
+//! - [`zkdata`]: Apache ZooKeeper's data dir: its snapshot and log formats, import, export,
+//!   dumps, its session passwords and tree digest.
 //! - [`config`]: zoo.cfg and command-line flags into one validated `Config`.
 //! - [`runtime`]: process tuning: the allocator, worker placement, huge pages.
 //! - [`clock`]: the wall clock.
@@ -36,3 +38,4 @@ pub mod session;
 pub mod stats;
 pub mod tree;
 pub mod watch;
+pub mod zkdata;

@@ -62,6 +62,7 @@ pub use consts::WatcherType;
 pub use error::DecodeError;
 pub use error::DecodeErrorKind;
 pub use proto::*;
+pub use record::decode_prefix;
 pub use record::JuteField;
 pub use record::Record;
 pub use request::decode_request;

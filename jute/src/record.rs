@@ -67,6 +67,13 @@ pub trait Record: JuteField {
     }
 }
 
+/// Decodes one `T` from the front of `input` and returns the bytes after it: for streams of
+/// records with optional trailers (ZooKeeper's txn log entries), where [`Record::decode`]'s
+/// "fills the input exactly" does not hold.
+pub fn decode_prefix<T: JuteField>(input: &[u8]) -> Result<(&[u8], T), DecodeError> {
+    finish(T::decode_field(input))
+}
+
 impl JuteField for i32 {
     fn decode_field(input: &[u8]) -> IResult<'_, Self> {
         primitives::int(input)

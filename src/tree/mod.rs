@@ -11,6 +11,7 @@
 
 pub mod acl;
 pub mod digest;
+pub mod import;
 pub mod nodes;
 pub mod path;
 pub mod txn;
@@ -89,6 +90,11 @@ fn owner_for(mode: CreateMode, session_id: i64, ttl: i64) -> i64 {
         CreateMode::PersistentWithTtl | CreateMode::PersistentSequentialWithTtl => TTL_MASK | ttl,
         CreateMode::Persistent | CreateMode::PersistentSequential => 0,
     }
+}
+
+/// The `ephemeralOwner` of a TTL node (`EphemeralType.TTL.toEphemeralOwner`).
+pub fn ttl_owner(ttl: i64) -> i64 {
+    TTL_MASK | (ttl & MAX_TTL_MS)
 }
 
 fn kind_of(owner: i64) -> NodeKind {
@@ -416,6 +422,11 @@ impl DataTree {
     /// A node, if present.
     pub fn node(&self, path: &str) -> Option<NodeRef<'_>> {
         self.nodes.get(path)
+    }
+
+    /// Every node with its path, each parent before its children (by depth, then by path).
+    pub fn iter_nodes(&self) -> impl Iterator<Item = (&str, NodeRef<'_>)> {
+        self.nodes.iter()
     }
 
     /// A session, if present.
