@@ -15,10 +15,13 @@ static GLOBAL: warden::runtime::alloc::Mimalloc = warden::runtime::alloc::Mimall
 
 /// A ZooKeeper-wire-compatible coordination server.
 ///
-/// With no arguments it serves on 127.0.0.1:2181 with its data in ./warden-data.
+/// With no arguments it serves on 127.0.0.1:2181 with its data in ./warden-data. Started on
+/// an Apache ZooKeeper data dir, it imports it first (docs/migration.md).
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// A ZooKeeper zoo.cfg to read (tickTime, dataDir, clientPort, ...).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -34,6 +37,67 @@ struct Args {
     /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
     #[arg(long, default_value = DEFAULT_LOG_FILTER)]
     log_level: String,
+}
+
+/// Tools for data dirs; with none, `warden` serves.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Imports an Apache ZooKeeper data dir (3.4 to 3.9) into an empty Warden data dir,
+    /// offline. ZooKeeper's files are only read.
+    Import {
+        /// ZooKeeper's dataDir (or its version-2 directory).
+        #[arg(long)]
+        zookeeper_data_dir: PathBuf,
+        /// ZooKeeper's dataLogDir, if not its dataDir.
+        #[arg(long)]
+        zookeeper_data_log_dir: Option<PathBuf>,
+        /// The Warden data dir to create.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// The zoo.cfg the server will run with (its server id and membership).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the import report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Writes the state of a stopped Warden data dir as an Apache ZooKeeper snapshot
+    /// (`snapshot.<zxid>`, loadable by ZooKeeper 3.8), sessions included.
+    Export {
+        /// The Warden data dir (dataDir).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Its dataLogDir, if not its dataDir.
+        #[arg(long)]
+        data_log_dir: Option<PathBuf>,
+        /// A directory (the file gets ZooKeeper's name there) or the file to write.
+        #[arg(long)]
+        zookeeper_snapshot: PathBuf,
+    },
+    /// Prints a snapshot or log file: Apache ZooKeeper's (`snapshot.*`, `log.*`) or Warden's
+    /// (`snapshot-*.bin`, `raft-log.redb`).
+    Dump {
+        #[command(subcommand)]
+        what: DumpWhat,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum DumpWhat {
+    /// A snapshot file.
+    Snapshot {
+        file: PathBuf,
+        /// JSON Lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A txn log file (ZooKeeper's `log.*`, or Warden's `raft-log.redb` or its directory).
+    Log {
+        file: PathBuf,
+        /// JSON Lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Info, and openraft's warnings, except its warning per failed heartbeat and per replication
@@ -57,6 +121,15 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    if let Some(command) = args.command {
+        return match tools::run(command) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("warden: {e}");
+                std::process::ExitCode::from(1)
+            }
+        };
+    }
     let mut config = match &args.config {
         Some(path) => match warden::config::read_properties(path).and_then(|p| Config::from_properties(&p)) {
             Ok(c) => c,
@@ -78,6 +151,166 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             eprintln!("warden: cannot start the runtime: {e}");
             std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// The data-dir tools: import, export, dump.
+mod tools {
+    use std::io::Write;
+    use std::path::Path;
+
+    use warden::config::Config;
+    use warden::zkdata::dump;
+
+    use super::Command;
+    use super::DumpWhat;
+
+    fn read_config(path: Option<&Path>) -> Result<Config, String> {
+        match path {
+            Some(p) => warden::config::read_properties(p)
+                .and_then(|props| Config::from_properties(&props))
+                .map_err(|e| format!("configuration error: {e}")),
+            None => Ok(Config::default()),
+        }
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, String> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        Ok(rt.block_on(f))
+    }
+
+    pub fn run(command: Command) -> Result<(), String> {
+        match command {
+            Command::Import { zookeeper_data_dir, zookeeper_data_log_dir, data_dir, config, json } => {
+                let mut config = read_config(config.as_deref())?;
+                config.override_with(Some(data_dir), None, None);
+                let log_dir = zookeeper_data_log_dir.unwrap_or_else(|| zookeeper_data_dir.clone());
+                let report = warden::server::import_offline(&config, &zookeeper_data_dir, &log_dir)
+                    .map_err(|e| e.to_string())?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+                } else {
+                    println!("imported {report}");
+                    for (path, offset) in &report.torn_logs {
+                        println!(
+                            "  {} ends in an entry cut short at byte {offset} (ignored, as ZooKeeper does)",
+                            path.display()
+                        );
+                    }
+                    for (path, why) in &report.invalid_snapshots {
+                        println!("  passed over {}: {why}", path.display());
+                    }
+                    if let Some(d) = report.digest {
+                        let verdict = if d.matches() { "matches" } else { "DIFFERS FROM" };
+                        println!(
+                            "  ZooKeeper digest at {:#x}: computed {} {verdict} recorded {}",
+                            d.zxid, d.computed, d.recorded
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Command::Export { data_dir, data_log_dir, zookeeper_snapshot } => {
+                let layout =
+                    warden::raft::layout::DataLayout::new(&data_dir, data_log_dir.as_deref().unwrap_or(&data_dir));
+                let loaded = block_on(warden::raft::offline::load(&layout))??;
+                let report =
+                    warden::zkdata::export::export(&loaded.tree, &zookeeper_snapshot).map_err(|e| e.to_string())?;
+                println!(
+                    "wrote {}: zxid {:#x}, {} znodes, {} sessions ({} bytes; from {} and {} log entries after it)",
+                    report.path.display(),
+                    report.zxid,
+                    report.znodes,
+                    report.sessions,
+                    report.bytes,
+                    loaded.snapshot.as_ref().map_or("no snapshot".into(), |(p, _)| p.display().to_string()),
+                    loaded.entries
+                );
+                Ok(())
+            }
+            Command::Dump { what } => {
+                let stdout = std::io::stdout();
+                let mut out = std::io::BufWriter::new(stdout.lock());
+                let result = dump_file(what, &mut out);
+                out.flush().map_err(|e| e.to_string())?;
+                result
+            }
+        }
+    }
+
+    fn dump_file(what: DumpWhat, out: &mut dyn Write) -> Result<(), String> {
+        let format = |json| if json { dump::Format::Json } else { dump::Format::Text };
+        match what {
+            DumpWhat::Snapshot { file, json } => match dump::kind_of(&file).map_err(|e| e.to_string())? {
+                dump::FileKind::ZkSnapshot => dump::zk_snapshot(&file, format(json), out).map_err(|e| e.to_string()),
+                dump::FileKind::ZkLog => {
+                    Err(format!("{} is a ZooKeeper txn log: use `warden dump log`", file.display()))
+                }
+                dump::FileKind::Other => {
+                    let (last, membership, tree) = warden::raft::offline::read_snapshot(&file)?;
+                    let header = serde_json::json!({ "kind": "header", "file": "warden-snapshot",
+                        "last_log_id": warden::raft::offline::log_id_text(&last), "membership": membership });
+                    let header = if json {
+                        header
+                    } else {
+                        serde_json::Value::String(format!(
+                            "Warden snapshot {} (last log id {}, membership {membership})",
+                            file.display(),
+                            warden::raft::offline::log_id_text(&last)
+                        ))
+                    };
+                    dump::tree(&tree, header, format(json), out).map_err(|e| e.to_string())
+                }
+            },
+            DumpWhat::Log { file, json } => {
+                if file.is_file() && dump::kind_of(&file).map_err(|e| e.to_string())? == dump::FileKind::ZkLog {
+                    return dump::zk_log(&file, format(json), out).map_err(|e| e.to_string());
+                }
+                if file.is_file() && dump::kind_of(&file).map_err(|e| e.to_string())? == dump::FileKind::ZkSnapshot {
+                    return Err(format!("{} is a ZooKeeper snapshot: use `warden dump snapshot`", file.display()));
+                }
+                // Warden's log: the redb file, one of its segments, or their directory.
+                let redb = if file.is_dir() {
+                    let v = file.join(warden::raft::layout::VERSION_DIR).join("raft-log.redb");
+                    if v.exists() {
+                        v
+                    } else {
+                        file.join("raft-log.redb")
+                    }
+                } else if file.extension().is_some_and(|e| e == "seg") {
+                    file.with_file_name("raft-log.redb")
+                } else {
+                    file.clone()
+                };
+                let entries = block_on(warden::raft::offline::log_entries(&redb))??;
+                let io = |e: std::io::Error| e.to_string();
+                for (id, what) in &entries {
+                    let id_text = warden::raft::offline::log_id_text(&Some(*id));
+                    if json {
+                        let v = match what {
+                            Ok(txns) => serde_json::json!({ "kind": "entry", "log_id": id_text, "txns": txns }),
+                            Err(d) => serde_json::json!({ "kind": "entry", "log_id": id_text, "other": d }),
+                        };
+                        writeln!(out, "{v}").map_err(io)?;
+                    } else {
+                        match what {
+                            Ok(txns) => {
+                                writeln!(out, "{id_text}: {} txn(s)", txns.len()).map_err(io)?;
+                                for t in txns {
+                                    writeln!(out, "  session {:#x} time {} {:?}", t.session_id, t.time_ms, t.op)
+                                        .map_err(io)?;
+                                }
+                            }
+                            Err(d) => writeln!(out, "{id_text}: {d}").map_err(io)?,
+                        }
+                    }
+                }
+                if !json {
+                    writeln!(out, "{} entries", entries.len()).map_err(io)?;
+                }
+                Ok(())
+            }
         }
     }
 }

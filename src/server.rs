@@ -70,6 +70,8 @@ pub enum ServerError {
     Raft(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("importing the ZooKeeper data dir: {0}")]
+    Import(String),
 }
 
 /// A listening socket on `addr` with `backlog` connections queued for accept at most, with
@@ -147,6 +149,7 @@ fn raft_options(config: &Config, layout: &DataLayout) -> crate::raft::Options {
         voters,
         observers,
         standalone,
+        initialize: true,
         heartbeat_ms: config.heartbeat_ms(),
         election_ms: config.election_timeout_ms(),
         snap_count: config.snap_count,
@@ -156,6 +159,193 @@ fn raft_options(config: &Config, layout: &DataLayout) -> crate::raft::Options {
     }
 }
 
+/// Imports Apache ZooKeeper's files from this member's data dir on its first start: a data
+/// dir holding ZooKeeper's `snapshot.*`/`log.*` and nothing of Warden's becomes this group's
+/// initial state (see [`crate::zkdata::import`]) before anything else opens it. A data dir
+/// holding Warden state is never imported again; ZooKeeper's files are left as they are.
+fn import_zookeeper_data(layout: &DataLayout, options: &crate::raft::Options) -> Result<(), ServerError> {
+    let files = crate::zkdata::import::ZkFiles::find(&layout.snap_dir, &layout.log_dir).map_err(import_err)?;
+    if files.is_empty() {
+        return Ok(());
+    }
+    if holds_warden_state(layout)? {
+        tracing::info!(dir = %layout.snap_dir.display(), "ZooKeeper files present beside Warden's own state: \
+            not importing them (this data dir was imported or started before)");
+        return Ok(());
+    }
+    tracing::info!(snapshots = files.snapshots.len(), logs = files.logs.len(), dir = %layout.snap_dir.display(),
+        "first start on an Apache ZooKeeper data dir: importing it");
+    import_into(layout, options, &layout.snap_dir, &layout.log_dir)?;
+    Ok(())
+}
+
+fn import_err(e: impl std::fmt::Display) -> ServerError {
+    ServerError::Import(e.to_string())
+}
+
+/// Whether Warden has written anything to this data dir (a log or a snapshot of its own).
+fn holds_warden_state(layout: &DataLayout) -> Result<bool, ServerError> {
+    Ok(layout.log_file().exists() || crate::raft::snapshot::any_snapshot(&layout.snap_dir).map_err(import_err)?)
+}
+
+/// Imports the ZooKeeper files in `snap_src`/`log_src` (`version-2` directories) as the
+/// initial state of the data dir at `layout`.
+fn import_into(
+    layout: &DataLayout,
+    options: &crate::raft::Options,
+    snap_src: &std::path::Path,
+    log_src: &std::path::Path,
+) -> Result<crate::zkdata::import::ImportReport, ServerError> {
+    if !options.standalone {
+        return Err(ServerError::Import(
+            "`warden import` writes a standalone server's data dir; ensemble members import on their first \
+             start, agreeing on whose ZooKeeper state is the newest (docs/migration.md)"
+                .into(),
+        ));
+    }
+    let imported = crate::zkdata::import::import(snap_src, log_src)
+        .map_err(import_err)?
+        .ok_or_else(|| ServerError::Import(format!("no ZooKeeper snapshot or txn log in {}", snap_src.display())))?;
+    tracing::info!(report = %imported.report, "imported the ZooKeeper data dir");
+    let report = imported.report;
+    layout.prepare().map_err(|source| ServerError::DataDir { path: layout.snap_dir.display().to_string(), source })?;
+    let path = crate::raft::snapshot::write_initial(&layout.snap_dir, options.id, &options.voters, imported.tree)
+        .map_err(import_err)?;
+    tracing::info!(snapshot = %path.display(), "imported state written; ZooKeeper's files were not changed");
+    Ok(report)
+}
+
+/// `warden import`: imports a ZooKeeper data dir (`zk_data_dir`, `zk_log_dir`: the dataDir and
+/// dataLogDir, or their `version-2` directories) into the data dir `config` names, which
+/// must hold no Warden state.
+pub fn import_offline(
+    config: &Config,
+    zk_data_dir: &std::path::Path,
+    zk_log_dir: &std::path::Path,
+) -> Result<crate::zkdata::import::ImportReport, ServerError> {
+    let layout = DataLayout::new(&config.data_dir, &config.data_log_dir);
+    if holds_warden_state(&layout)? {
+        return Err(ServerError::Import(format!(
+            "{} already holds Warden state; import into an empty data dir",
+            layout.snap_dir.display()
+        )));
+    }
+    let version2 = |d: &std::path::Path| {
+        let v = d.join(crate::raft::layout::VERSION_DIR);
+        if v.is_dir() {
+            v
+        } else {
+            d.to_owned()
+        }
+    };
+    let options = raft_options(config, &layout);
+    import_into(&layout, &options, &version2(zk_data_dir), &version2(zk_log_dir))
+}
+
+/// Binds this ensemble member's peer port.
+async fn bind_peer_port(config: &Config) -> Result<tokio::net::TcpListener, ServerError> {
+    let me = config
+        .servers
+        .get(&config.server_id)
+        .ok_or_else(|| ServerError::Raft(format!("server.{} is not in the configuration", config.server_id)))?;
+    let addr: SocketAddr = tokio::net::lookup_host(me.peer_addr())
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| ServerError::Raft(format!("cannot resolve peer address {}", me.peer_addr())))?;
+    let bind = SocketAddr::new(if addr.ip().is_loopback() { addr.ip() } else { [0, 0, 0, 0].into() }, addr.port());
+    let listener = listen(bind, crate::config::DEFAULT_LISTEN_BACKLOG)?;
+    tracing::info!(%bind, "peer port listening");
+    Ok(listener)
+}
+
+/// An ensemble member's start: binds the peer port, and a member new to the group agrees
+/// with the others on the group's first state (see [`crate::peer::bootstrap`]) before Raft
+/// starts: the member with the newest ZooKeeper data imports it, the others join. Returns
+/// the peer listener and the last zxid of this member's own ZooKeeper data, if it is new and
+/// holds some.
+async fn start_member(
+    config: &Config,
+    layout: &DataLayout,
+    options: &mut crate::raft::Options,
+    peers: &Peers,
+) -> Result<(tokio::net::TcpListener, Option<i64>), ServerError> {
+    use crate::peer::bootstrap;
+    let listener = bind_peer_port(config).await?;
+    let observer = !options.voters.contains_key(&options.id);
+    if layout.joining_file().exists() || observer {
+        // Joined a group another member initialised: never initialise one here. An observer
+        // (a Raft learner) never initialises, nor brings state: acknowledged writes are on a
+        // quorum of voters.
+        options.initialize = false;
+        return Ok((listener, None));
+    }
+    let files = crate::zkdata::import::ZkFiles::find(&layout.snap_dir, &layout.log_dir).map_err(import_err)?;
+    if holds_warden_state(layout)? {
+        if !files.is_empty() {
+            tracing::info!(dir = %layout.snap_dir.display(), "ZooKeeper files present beside Warden's own state: \
+                not importing them (this data dir was imported or started before)");
+        }
+        return Ok((listener, None));
+    }
+    let imported = if files.is_empty() {
+        None
+    } else {
+        tracing::info!(snapshots = files.snapshots.len(), logs = files.logs.len(), dir = %layout.snap_dir.display(),
+            "new ensemble member on an Apache ZooKeeper data dir: importing it");
+        let imported = crate::zkdata::import::import(&layout.snap_dir, &layout.log_dir).map_err(import_err)?;
+        if let Some(i) = &imported {
+            tracing::info!(report = %i.report, "imported this member's ZooKeeper data; asking the other members whose \
+                is the newest");
+        }
+        imported
+    };
+    let zxid = imported.as_ref().map(|i| i.report.last_zxid);
+    let mine = bootstrap::BootstrapState::Fresh { zookeeper_zxid: zxid };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let answering = tokio::spawn(bootstrap::serve_fresh(listener, mine, stop_rx));
+    let decision = bootstrap::decide(options.id, mine, &options.voters, peers).await;
+    let _ = stop_tx.send(());
+    let listener = answering.await.map_err(|e| ServerError::Raft(format!("bootstrap answers: {e}")))?;
+    match (decision, imported) {
+        (bootstrap::Decision::Import, Some(imported)) => {
+            let path =
+                crate::raft::snapshot::write_initial(&layout.snap_dir, options.id, &options.voters, imported.tree)
+                    .map_err(import_err)?;
+            tracing::info!(snapshot = %path.display(), "this member's ZooKeeper state is the newest: it is the \
+                group's first state (ZooKeeper's files were not changed)");
+        }
+        (bootstrap::Decision::Import, None) => {
+            return Err(ServerError::Import(
+                "bootstrap chose this member's ZooKeeper state, which it does not hold".into(),
+            ))
+        }
+        (bootstrap::Decision::Join, imported) => {
+            if let Some(i) = imported {
+                tracing::info!(
+                    zxid = format_args!("{:#x}", i.report.last_zxid),
+                    "another member brings the group's \
+                    state: this member takes it from the leader (its own ZooKeeper files stay as they are)"
+                );
+            }
+            write_joining(layout)?;
+            options.initialize = false;
+        }
+        (bootstrap::Decision::Initialize, _) => {}
+    }
+    Ok((listener, zxid))
+}
+
+/// Records, durably, that this member joins a group it must never initialise.
+fn write_joining(layout: &DataLayout) -> Result<(), ServerError> {
+    let write = || -> std::io::Result<()> {
+        let f = std::fs::File::create(layout.joining_file())?;
+        f.sync_all()?;
+        std::fs::File::open(&layout.snap_dir)?.sync_all()
+    };
+    write().map_err(|source| ServerError::DataDir { path: layout.joining_file().display().to_string(), source })
+}
+
 /// Runs a server until a shutdown signal. `placement`, when the runtime was built with its
 /// hooks, is steered by the load from here (see [`crate::runtime::workers`]).
 pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<(), ServerError> {
@@ -163,8 +353,16 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     let metrics_handle = if config.metrics_enable { crate::admin::metrics::install() } else { None };
     let layout = DataLayout::new(&config.data_dir, &config.data_log_dir);
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
-    let options = raft_options(&config, &layout);
+    let mut options = raft_options(&config, &layout);
     let standalone = options.standalone;
+    let peers = Peers::default();
+    let (peer_listener, zookeeper_zxid) = if standalone {
+        import_zookeeper_data(&layout, &options)?;
+        (None, None)
+    } else {
+        let (listener, zxid) = start_member(&config, &layout, &mut options, &peers).await?;
+        (Some(listener), zxid)
+    };
 
     // Storage and the parts apply reports to; the proposer's queue before Raft, since the
     // log store fills the leader's batches from it.
@@ -177,7 +375,6 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
     let sm =
         StateMachine::open(&layout.snap_dir, shared.clone(), effects, waiters).map_err(ServerError::StateMachine)?;
-    let peers = Peers::default();
     let raft = Raft::start(options, log, sm, Arc::new(peers.clone())).await.map_err(ServerError::Raft)?;
     proposer.start(raft.clone(), peers.clone(), shared.clone());
 
@@ -193,6 +390,7 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         proposer,
         peers: peers.clone(),
         serving: serving_rx.clone(),
+        zookeeper_zxid,
     });
     let view = View {
         config: config.clone(),
@@ -207,15 +405,7 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     };
 
     let mut tasks = raft.spawn_tasks(shared.clone(), serving_tx, stop_rx.clone());
-    if let Some(me) = config.servers.get(&config.server_id) {
-        let addr: SocketAddr = tokio::net::lookup_host(me.peer_addr())
-            .await
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| ServerError::Raft(format!("cannot resolve peer address {}", me.peer_addr())))?;
-        let bind = SocketAddr::new(if addr.ip().is_loopback() { addr.ip() } else { [0, 0, 0, 0].into() }, addr.port());
-        let peer_listener = listen(bind, crate::config::DEFAULT_LISTEN_BACKLOG)?;
-        tracing::info!(%bind, "peer port listening");
+    if let Some(peer_listener) = peer_listener {
         tasks.push(tokio::spawn(crate::peer::serve(peer_listener, Arc::new(dispatcher.clone()), stop_rx.clone())));
         tasks.push(tokio::spawn(crate::session::send_touches(
             raft.clone(),

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use futures::channel::mpsc::UnboundedSender;
 use jute::ErrorCode;
-use rand::RngCore;
 use tokio::sync::oneshot;
 
 use super::Caller;
@@ -72,9 +71,9 @@ impl Dispatcher {
         let ip = AuthId { scheme: "ip".into(), id: peer.ip().to_string() };
         if req.session_id == 0 {
             let id = self.0.sessions.next_id();
-            let mut pw = [0u8; 16];
-            rand::rng().fill_bytes(&mut pw);
-            let passwd = Bytes::copy_from_slice(&pw);
+            // ZooKeeper's password for this id (`ZooKeeperServer.generatePasswd`), so the session
+            // survives an export back to ZooKeeper, which recomputes passwords from ids.
+            let passwd = Bytes::copy_from_slice(&crate::zkdata::password::session_password(id));
             let caller = Caller { session_id: id, auth: std::sync::Arc::from([ip]) };
             let txn =
                 self.txn(&caller, TxnOp::CreateSession { session_id: id, timeout_ms: timeout, passwd: passwd.clone() });

@@ -74,6 +74,9 @@ struct Parts {
     /// False while this server cannot serve clients (no leader, or a leader without a quorum):
     /// connections close and new ones are refused, so clients move to another server.
     serving: tokio::sync::watch::Receiver<bool>,
+    /// The last zxid of the ZooKeeper data this member's data dir held when it started new,
+    /// for the bootstrap of members still starting (`crate::peer::bootstrap`).
+    zookeeper_zxid: Option<i64>,
 }
 
 /// The pipeline handle shared by every connection. Cheap to clone: one reference count (each
@@ -91,6 +94,7 @@ pub struct DispatcherParts {
     pub proposer: propose::Proposer,
     pub peers: Peers,
     pub serving: tokio::sync::watch::Receiver<bool>,
+    pub zookeeper_zxid: Option<i64>,
 }
 
 impl Dispatcher {
@@ -105,6 +109,7 @@ impl Dispatcher {
             proposer: p.proposer,
             peers: p.peers,
             serving: p.serving,
+            zookeeper_zxid: p.zookeeper_zxid,
         }))
     }
 

@@ -59,6 +59,17 @@ impl crate::peer::PeerHandler for Dispatcher {
         Ok((alive, tree.last_zxid()))
     }
 
+    /// A member with a membership (an initialised group, or one received from its leader)
+    /// is initialised; a member still waiting for its leader's snapshot is as new as it was.
+    fn bootstrap(&self) -> crate::peer::bootstrap::BootstrapState {
+        use crate::peer::bootstrap::BootstrapState;
+        if self.0.raft.status().voters.is_empty() {
+            BootstrapState::Fresh { zookeeper_zxid: self.0.zookeeper_zxid }
+        } else {
+            BootstrapState::Initialized
+        }
+    }
+
     fn touch(&self, sessions: &[i64]) {
         for s in sessions {
             self.0.sessions.touch(*s);

@@ -13,6 +13,8 @@
 //!
 //! This module calls the Raft handle and a [`PeerHandler`]; it never touches the tree.
 
+pub mod bootstrap;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -63,6 +65,8 @@ pub enum PeerRequest {
     /// A follower asks the leader whether a session a client resumes on it is alive
     /// (ZooKeeper's `Learner.validateSession`).
     ValidateSession(i64),
+    /// A new member asks how this one starts (see [`bootstrap`]).
+    Bootstrap,
 }
 
 /// The answer to a [`PeerRequest`].
@@ -74,6 +78,7 @@ pub enum PeerResponse {
     Touch,
     /// Whether the session is alive, and the leader's last applied zxid when it looked.
     ValidateSession(Result<(bool, i64), String>),
+    Bootstrap(bootstrap::BootstrapState),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -366,6 +371,8 @@ pub trait PeerHandler: Send + Sync + 'static {
     /// On the leader: whether `session` is alive (not closed, not being expired), and the
     /// last applied zxid.
     fn validate_session(&self, session: i64) -> Result<(bool, i64), String>;
+    /// How this member started, for a new member's [`bootstrap`].
+    fn bootstrap(&self) -> bootstrap::BootstrapState;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -445,6 +452,9 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
             PeerRequest::ValidateSession(session) => {
                 let alive = h.validate_session(session);
                 answer(&mut writer, id, PeerResponse::ValidateSession(alive)).await?;
+            }
+            PeerRequest::Bootstrap => {
+                answer(&mut writer, id, PeerResponse::Bootstrap(h.bootstrap())).await?;
             }
             PeerRequest::ReadIndex => {
                 let fut = h.read_index();

@@ -8,6 +8,8 @@
 //! <dataDir>/version-2/snapshot-<term>-<index>.bin  state machine snapshots (`state_machine`)
 //! <dataLogDir>/version-2/raft-log.redb            the Raft log's vote and metadata (`log_store`)
 //! <dataLogDir>/version-2/raft-log-<seq>.seg        the Raft log's entries (`segment_log`)
+//! <dataDir>/version-2/warden-joining              this member never initialises a group
+//!                                                 (`peer::bootstrap`)
 //! ```
 //!
 //! `dataLogDir` defaults to `dataDir`, and then both live in one `version-2`. Servers that
@@ -24,6 +26,10 @@ pub const VERSION_DIR: &str = "version-2";
 
 /// The Raft log's file name in [`DataLayout::log_dir`].
 const LOG_FILE: &str = "raft-log.redb";
+
+/// The file in [`DataLayout::snap_dir`] recording that this ensemble member joins a group
+/// whose first state another member brought (`crate::peer::bootstrap`).
+const JOINING_FILE: &str = "warden-joining";
 
 /// Where the files of a server with these `dataDir`/`dataLogDir` live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +56,12 @@ impl DataLayout {
     /// The Raft log's redb file; its segment files live beside it.
     pub fn log_file(&self) -> PathBuf {
         self.log_dir.join(LOG_FILE)
+    }
+
+    /// The file recording that this member joined a group another member initialised: it
+    /// never initialises one itself.
+    pub fn joining_file(&self) -> PathBuf {
+        self.snap_dir.join(JOINING_FILE)
     }
 
     /// Creates both directories and moves files of the older layout into them (each move a

@@ -25,6 +25,7 @@ pub mod election;
 pub mod layout;
 pub mod log_store;
 pub mod network;
+pub mod offline;
 pub mod segment_log;
 pub mod serving;
 pub mod snapshot;
@@ -177,6 +178,10 @@ pub struct Options {
     /// Observers (id -> peer address): Raft learners the leader adds.
     pub observers: BTreeMap<u64, String>,
     pub standalone: bool,
+    /// Whether this member may initialise a new group (every member of a new ensemble does,
+    /// unless it joins a group another member initialised with imported state: see
+    /// `crate::peer::bootstrap`).
+    pub initialize: bool,
     pub heartbeat_ms: u64,
     /// `raft.electionTimeoutMs`.
     pub election_ms: u64,
@@ -266,7 +271,7 @@ impl Raft {
             )),
             options: Arc::new(options),
         };
-        if !raft.inner.is_initialized().await.map_err(text)? {
+        if raft.options.initialize && !raft.inner.is_initialized().await.map_err(text)? {
             let members: BTreeMap<u64, openraft::BasicNode> = raft
                 .options
                 .voters

@@ -165,6 +165,40 @@ pub(super) fn write_snapshot_with(
     Ok((size, reader))
 }
 
+/// Writes the first snapshot of a new group whose state came from elsewhere (an imported
+/// ZooKeeper data dir): `tree` at the log id `Raft::initialize` gives a new group's first
+/// entry (term 0, `leader`, index 0), with `voters` as the membership. openraft starting on it
+/// finds the group initialised and its (empty) log purged up to that entry; the zxids of new
+/// txns continue from the tree's last. Returns the file's path.
+pub fn write_initial(
+    dir: &Path,
+    leader: u64,
+    voters: &std::collections::BTreeMap<u64, String>,
+    tree: DataTree,
+) -> std::io::Result<PathBuf> {
+    let log_id = LogId::new(super::LeaderId { term: 0, node_id: leader }, 0);
+    let ids: std::collections::BTreeSet<u64> = voters.keys().copied().collect();
+    let nodes: std::collections::BTreeMap<u64, openraft::BasicNode> =
+        voters.iter().map(|(id, addr)| (*id, openraft::BasicNode { addr: addr.clone() })).collect();
+    let membership = openraft::Membership::new(vec![ids], nodes).map_err(std::io::Error::other)?;
+    let file =
+        SnapshotFile { last_applied: Some(log_id), membership: StoredMembership::new(Some(log_id), membership), tree };
+    std::fs::create_dir_all(dir)?;
+    write_snapshot_with(dir, &file.last_applied, |w| {
+        postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
+    })?;
+    Ok(snapshot_path(dir, &file.last_applied))
+}
+
+/// Whether `dir` holds a snapshot of Warden's own.
+pub fn any_snapshot(dir: &Path) -> std::io::Result<bool> {
+    match newest_snapshot(dir) {
+        Ok(found) => Ok(found.is_some()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The newest snapshot in `dir` with its meta, open at its start. A snapshot listed and then
 /// removed before it is opened (a newer one was just put in place) is looked for again.
 pub(super) fn open_newest(dir: &Path) -> std::io::Result<Option<(SnapshotMeta, std::fs::File)>> {
