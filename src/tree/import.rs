@@ -73,6 +73,7 @@ impl DataTree {
             return Err(format!("node {key} appears twice"));
         }
         if !path.is_empty() {
+            super::path::validate(path).map_err(|e| e.to_string())?;
             let parent = parent_of(path).ok_or_else(|| format!("invalid path {path:?}"))?;
             self.nodes
                 .update(key_of(parent), |p| p.stat.num_children += 1)
@@ -134,6 +135,8 @@ impl DataTree {
         zxid: i64,
         time: i64,
     ) -> Result<(), TreeError> {
+        // ZooKeeper validated every path it created; one that is not valid is damage.
+        super::path::validate(path).map_err(|_| TreeError::BadArguments)?;
         let parent = parent_of(path).ok_or(TreeError::BadArguments)?;
         let parent = key_of(parent).to_owned();
         if !self.nodes.contains(&parent) {

@@ -610,10 +610,16 @@ impl DataTree {
     ) -> Result<TxnOutput, TreeError> {
         match op {
             TxnOp::CreateSession { session_id, timeout_ms, passwd } => {
-                self.sessions.insert(
-                    *session_id,
-                    SessionEntry { timeout_ms: *timeout_ms, passwd: passwd.clone(), ephemerals: Ephemerals::default() },
-                );
+                // An id already in the table keeps its ephemerals (ZooKeeper files them by
+                // owner, not under the session): dropping them here would leave nodes no
+                // close ever deletes.
+                let entry = self.sessions.entry(*session_id).or_insert_with(|| SessionEntry {
+                    timeout_ms: *timeout_ms,
+                    passwd: passwd.clone(),
+                    ephemerals: Ephemerals::default(),
+                });
+                entry.timeout_ms = *timeout_ms;
+                entry.passwd = passwd.clone();
                 Ok(TxnOutput::SessionCreated)
             }
             TxnOp::CloseSession { session_id } => {

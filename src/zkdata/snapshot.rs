@@ -183,7 +183,12 @@ pub struct SnapshotReader {
 
 impl SnapshotReader {
     pub fn open(path: &Path) -> Result<SnapshotReader, FileError> {
-        let mut reader = Reader::new(open(path)?);
+        SnapshotReader::new(path, open(path)?)
+    }
+
+    /// Reads a snapshot from `input` (uncompressed bytes); `path` names it in errors.
+    pub fn new(path: &Path, input: Box<dyn Read>) -> Result<SnapshotReader, FileError> {
+        let mut reader = Reader::new(input);
         let err = |e: StreamError| FileError::stream(path, e);
         let magic = reader.int("the file header").map_err(err)?;
         if magic != SNAPSHOT_MAGIC {

@@ -238,7 +238,7 @@ pub fn decode_entry(bytes: &[u8]) -> Result<(TxnHeader, ZkTxn, Option<TxnDigest>
 /// A log file being read entry by entry.
 pub struct TxnLogReader {
     path: PathBuf,
-    reader: Option<Reader<BufReader<std::fs::File>>>,
+    reader: Option<Reader<Box<dyn std::io::Read>>>,
     pub dbid: i64,
     end: Option<LogEnd>,
 }
@@ -251,7 +251,12 @@ impl TxnLogReader {
         if empty {
             return Ok(TxnLogReader { path: path.to_owned(), reader: None, dbid: 0, end: Some(LogEnd::Clean) });
         }
-        let mut reader = Reader::new(BufReader::with_capacity(1 << 20, file));
+        TxnLogReader::new(path, Box::new(BufReader::with_capacity(1 << 20, file)))
+    }
+
+    /// Reads a (non-empty) log from `input`; `path` names it in errors.
+    pub fn new(path: &Path, input: Box<dyn std::io::Read>) -> Result<TxnLogReader, FileError> {
+        let mut reader = Reader::new(input);
         let err = |e: StreamError| FileError::stream(path, e);
         let magic = reader.int("the file header").map_err(err)?;
         if magic != LOG_MAGIC {
