@@ -340,6 +340,85 @@ impl<W: std::io::Write> SnapshotWriter<W> {
 mod tests {
     use super::*;
 
+    fn stat() -> StatPersisted {
+        StatPersisted {
+            czxid: 0,
+            mzxid: 0,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 0,
+            pzxid: 0,
+        }
+    }
+
+    /// A snapshot's body (root and one child), sealed, as every ZooKeeper version writes it.
+    fn body() -> Writer<Vec<u8>> {
+        let mut w = SnapshotWriter::start(Vec::new(), 3, &[(0x42, 30_000)], &[(1, vec![])]).unwrap();
+        w.node("", None, OPEN_ACL_KEY, &stat()).unwrap();
+        w.node("/a", Some(b"x"), 1, &stat()).unwrap();
+        let mut w = w.writer;
+        w.string(Some("/")).unwrap();
+        w.seal().unwrap();
+        w
+    }
+
+    /// The node count and trailer of a snapshot's bytes.
+    fn read(bytes: Vec<u8>) -> Result<(usize, Trailer), FileError> {
+        let mut r = SnapshotReader::new(Path::new("snapshot.1"), Box::new(std::io::Cursor::new(bytes)))?;
+        assert_eq!(r.sessions, vec![(0x42, 30_000)]);
+        let mut n = 0;
+        while r.next_node()?.is_some() {
+            n += 1;
+        }
+        Ok((n, r.finish()?))
+    }
+
+    fn minimal() -> Vec<u8> {
+        body().into_inner()
+    }
+
+    /// 3.4/3.5 (no digest), 3.6-3.8 (digest, its version 2 as a long or 1 as hex text) and
+    /// 3.9 (digest and last processed zxid) trailers all read; a trailer cut in its seal is
+    /// damage.
+    #[test]
+    fn trailers_of_every_version() {
+        let (n, t) = read(minimal()).unwrap();
+        assert_eq!((n, t), (2, Trailer::default()));
+
+        let mut w = body();
+        w.long(0x99).unwrap();
+        w.int(2).unwrap();
+        w.long(12345).unwrap();
+        w.seal().unwrap();
+        let with_digest = w.into_inner();
+        let (_, t) = read(with_digest.clone()).unwrap();
+        assert_eq!(t.digest, Some(SnapshotDigest { zxid: 0x99, version: 2, digest: 12345 }));
+
+        let mut w = body();
+        w.long(0x99).unwrap();
+        w.int(1).unwrap();
+        w.string(Some("3039")).unwrap();
+        w.seal().unwrap();
+        let (_, t) = read(w.into_inner()).unwrap();
+        assert_eq!(t.digest.map(|d| d.digest), Some(0x3039));
+
+        let mut w = body();
+        w.long(0x99).unwrap();
+        w.int(2).unwrap();
+        w.long(12345).unwrap();
+        w.seal().unwrap();
+        w.long(0x9a).unwrap();
+        w.seal().unwrap();
+        let (_, t) = read(w.into_inner()).unwrap();
+        assert_eq!(t.last_processed_zxid, Some(0x9a));
+
+        let cut = with_digest[..with_digest.len() - 3].to_vec();
+        assert!(read(cut).is_err(), "a digest without its whole seal is damage");
+    }
+
     #[test]
     fn names() {
         assert_eq!(zxid_from_name("snapshot.1a", "snapshot"), Some(0x1a));
