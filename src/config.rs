@@ -3,8 +3,10 @@
 //! Keys are spelled as ZooKeeper spells them. Keys ZooKeeper takes as `zookeeper.*` system
 //! properties (`4lw.commands.whitelist`, `extendedTypesEnabled`,
 //! `DigestAuthenticationProvider.superDigest`, ...) are accepted with or without the
-//! `zookeeper.` prefix. Unknown keys are logged and ignored, as ZooKeeper does. A bad value
-//! stops start-up with an error naming the key and the value.
+//! `zookeeper.` prefix. Unknown keys are logged and ignored, as ZooKeeper does, except keys
+//! asking for what Warden does not provide and would otherwise quietly run without (TLS, SASL,
+//! hierarchical quorums): those stop start-up. A bad value stops start-up with an error naming
+//! the key and the value. A `dynamicConfigFile` is read for the members.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -254,6 +256,59 @@ pub fn read_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigEr
     Ok(out)
 }
 
+/// What a security key asks for that Warden does not provide, if it does: such a config must
+/// stop start-up, never run in the clear or unauthenticated.
+fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
+    let on = || value.trim().eq_ignore_ascii_case("true");
+    let builtin = |v: &str| {
+        matches!(
+            v.trim(),
+            "org.apache.zookeeper.server.auth.DigestAuthenticationProvider"
+                | "org.apache.zookeeper.server.auth.IPAuthenticationProvider"
+        )
+    };
+    match key {
+        "secureClientPort" | "secureClientPortAddress" => Some("TLS on the client port (secureClientPort)"),
+        k if k.starts_with("ssl.") => Some("TLS (ssl.* keys)"),
+        "client.portUnification" | "portUnification" if on() => Some("TLS port unification"),
+        "sslQuorum" if on() => Some("TLS between members (sslQuorum)"),
+        "quorum.auth.enableSasl" | "quorum.auth.learnerRequireSasl" | "quorum.auth.serverRequireSasl" if on() => {
+            Some("SASL between members")
+        }
+        k if k.starts_with("authProvider.") && !builtin(value) => Some("this authentication provider"),
+        "enforce.auth.enabled" | "sessionRequireClientSASLAuth" if on() => Some("enforced client authentication"),
+        "requireClientAuthScheme" => Some("a required client authentication scheme"),
+        "X509AuthenticationProvider.superUser" => Some("x509 authentication"),
+        _ => None,
+    }
+}
+
+/// The members of a ZooKeeper 3.5+ `dynamicConfigFile` (`zoo.cfg.dynamic.<version>`): its
+/// `server.N` lines. As in ZooKeeper, the file names its version and may not hold one.
+pub fn read_dynamic_config(path: &Path) -> Result<BTreeMap<u64, ServerEntry>, ConfigError> {
+    let props = read_properties(path)?;
+    let mut servers = BTreeMap::new();
+    for (key, value) in &props {
+        if let Some(id) = key.strip_prefix("server.") {
+            let id = parse::<u64>(key, id)?;
+            if id == 0 || id > 254 {
+                return Err(bad(key, value, "server ids must be 1..=254"));
+            }
+            servers.insert(id, parse_server(key, id, value)?);
+        } else if key == "version" {
+            return Err(bad(key, value, "a dynamic config file must not hold its version (its name does)"));
+        } else if key.starts_with("group.") || key.starts_with("weight.") {
+            return Err(bad(key, value, "hierarchical quorums (group/weight) are not supported"));
+        } else {
+            return Err(bad(key, value, format!("not a member line (in {})", path.display())));
+        }
+    }
+    if servers.is_empty() {
+        return Err(bad("dynamicConfigFile", &path.display().to_string(), "holds no server.N line"));
+    }
+    Ok(servers)
+}
+
 /// The client port's listen backlog when `clientPortListenBacklog` is unset or not positive.
 /// ZooKeeper then takes the JVM's 50; a reconnect storm (every client of a failed server at
 /// once) overflows that, and each connection dropped there waits a second for its SYN to be
@@ -285,6 +340,7 @@ impl Config {
         let mut min_set = None;
         let mut max_set = None;
         let mut data_log_set = false;
+        let mut dynamic_file = None;
         for (raw_key, value) in props {
             let key = raw_key.strip_prefix("zookeeper.").unwrap_or(raw_key);
             match key {
@@ -375,6 +431,27 @@ impl Config {
                         SpreadWorkers::Never
                     };
                 }
+                // ZooKeeper 3.5+: the members live in their own file
+                // (`QuorumPeerConfig.parse`), and then only there.
+                "dynamicConfigFile" => dynamic_file = Some(value.clone()),
+                k if k.starts_with("server.") && props.contains_key("dynamicConfigFile") => {
+                    return Err(bad(
+                        raw_key,
+                        value,
+                        "must be in the dynamicConfigFile, not in zoo.cfg (as in ZooKeeper)",
+                    ));
+                }
+                k if k.starts_with("group.") || k.starts_with("weight.") => {
+                    return Err(bad(raw_key, value, "hierarchical quorums (group/weight) are not supported"));
+                }
+                k if unsupported_security(k, value).is_some() => {
+                    let what = unsupported_security(k, value).unwrap_or_default();
+                    return Err(bad(
+                        raw_key,
+                        value,
+                        format!("{what} is not supported by this build; refusing to start rather than run without it"),
+                    ));
+                }
                 k if k.starts_with("server.") => {
                     let id = parse::<u64>(raw_key, &k["server.".len()..])?;
                     if id == 0 || id > 254 {
@@ -389,6 +466,7 @@ impl Config {
                 | "admin.commandURL"
                 | "metricsProvider.exportJvmInfo"
                 | "preAllocSize"
+                | "serverCnxnFactory"
                 | "globalOutstandingLimit" => {
                     tracing::debug!(key = raw_key.as_str(), "accepted and not used by Warden");
                 }
@@ -396,6 +474,9 @@ impl Config {
                     tracing::warn!(key = raw_key.as_str(), value = value.as_str(), "unknown configuration key ignored")
                 }
             }
+        }
+        if let Some(file) = dynamic_file {
+            c.servers = read_dynamic_config(Path::new(&file))?;
         }
         if !data_log_set {
             c.data_log_dir = c.data_dir.clone();
@@ -464,6 +545,66 @@ mod tests {
 
     fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// A ZooKeeper 3.5+ dynamicConfigFile gives the members; server lines may not also be in
+    /// zoo.cfg, and the file may not hold its version.
+    #[test]
+    fn dynamic_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("myid"), "2").unwrap();
+        let dynamic = dir.path().join("zoo.cfg.dynamic.100000000");
+        std::fs::write(
+            &dynamic,
+            "server.1=127.0.0.1:2888:3888:participant;127.0.0.1:2181\n\
+             server.2=127.0.0.1:2889:3889:participant;127.0.0.1:2182\n\
+             server.3=127.0.0.1:2890:3890:observer;2183\n",
+        )
+        .unwrap();
+        let data = dir.path().display().to_string();
+        let d = dynamic.display().to_string();
+        let c = Config::from_properties(&props(&[("dataDir", &data), ("dynamicConfigFile", &d)])).unwrap();
+        assert_eq!(c.servers.len(), 3);
+        assert_eq!(c.server_id, 2);
+        assert!(c.servers[&3].observer);
+        assert_eq!(c.servers[&2].client, Some(("127.0.0.1".into(), 2182)));
+
+        let both = props(&[("dataDir", &data), ("dynamicConfigFile", &d), ("server.1", "127.0.0.1:2888:3888")]);
+        assert!(Config::from_properties(&both).unwrap_err().to_string().contains("server.1"));
+        std::fs::write(&dynamic, "server.1=127.0.0.1:2888:3888\nversion=100000000\n").unwrap();
+        let e = Config::from_properties(&props(&[("dataDir", &data), ("dynamicConfigFile", &d)])).unwrap_err();
+        assert!(e.to_string().contains("version"), "{e}");
+        let missing = props(&[("dataDir", &data), ("dynamicConfigFile", "/nonexistent/zoo.cfg.dynamic")]);
+        assert!(Config::from_properties(&missing).unwrap_err().to_string().contains("/nonexistent"));
+    }
+
+    /// TLS, SASL and x509 keys stop start-up, naming the key, instead of serving without them;
+    /// the built-in providers and switched-off flags are fine.
+    #[test]
+    fn security_keys_are_refused_not_ignored() {
+        for (k, v) in [
+            ("secureClientPort", "2281"),
+            ("ssl.keyStore.location", "/k.pem"),
+            ("zookeeper.ssl.quorum.trustStore.location", "/t.pem"),
+            ("sslQuorum", "true"),
+            ("client.portUnification", "true"),
+            ("quorum.auth.enableSasl", "true"),
+            ("authProvider.1", "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"),
+            ("enforce.auth.enabled", "true"),
+            ("sessionRequireClientSASLAuth", "true"),
+            ("requireClientAuthScheme", "sasl"),
+            ("group.1", "1:2:3"),
+        ] {
+            let e = Config::from_properties(&props(&[(k, v)])).unwrap_err().to_string();
+            assert!(e.contains(k), "{k}: {e}");
+        }
+        for (k, v) in [
+            ("sslQuorum", "false"),
+            ("authProvider.1", "org.apache.zookeeper.server.auth.DigestAuthenticationProvider"),
+            ("serverCnxnFactory", "org.apache.zookeeper.server.NettyServerCnxnFactory"),
+        ] {
+            assert!(Config::from_properties(&props(&[(k, v)])).is_ok(), "{k}");
+        }
     }
 
     #[test]
