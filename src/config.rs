@@ -13,6 +13,12 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::path::PathBuf;
 
+/// How often containers and TTL nodes are checked for removal: ZooKeeper's
+/// `znode.container.checkIntervalMs` default. A shorter interval turned Curator's
+/// create-the-parent-then-the-lock race (the parent container reaped in between, NoNode) from
+/// rare into common.
+pub const DEFAULT_CONTAINER_CHECK_INTERVAL_MS: u64 = 60_000;
+
 /// Raft log entries kept after a snapshot (`commitLogCount`).
 pub const DEFAULT_COMMIT_LOG_COUNT: u64 = 1000;
 
@@ -205,7 +211,7 @@ impl Default for Config {
             extended_types_enabled: false,
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
-            container_check_interval_ms: 1000,
+            container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
             server_id: 0,
             servers: std::collections::BTreeMap::new(),
             init_limit: 10,
