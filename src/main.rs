@@ -198,8 +198,8 @@ mod tools {
                             path.display()
                         );
                     }
-                    for (path, why) in &report.invalid_snapshots {
-                        println!("  passed over {}: {why}", path.display());
+                    for (_, why) in &report.invalid_snapshots {
+                        println!("  passed over {why}"); // names the file
                     }
                     if let Some(d) = report.digest {
                         let verdict = if d.matches() { "matches" } else { "DIFFERS FROM" };

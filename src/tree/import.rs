@@ -244,6 +244,11 @@ impl DataTree {
             .ok_or(TreeError::NoNode)?
     }
 
+    /// The ACL a node holds now, for an import to check what its replay left.
+    pub fn import_acl_of(&self, path: &str) -> Option<SharedAcl> {
+        self.nodes.get(key_of(path)).map(|n| n.acl.clone())
+    }
+
     /// `DataTree.setACL`: the txn's ACL and version.
     pub fn replay_set_acl(&mut self, path: &str, acl: SharedAcl, version: i32) -> Result<(), TreeError> {
         self.nodes

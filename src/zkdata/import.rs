@@ -9,6 +9,7 @@
 
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -154,8 +155,25 @@ pub struct Imported {
     pub report: ImportReport,
 }
 
-/// Loads one snapshot file into a fresh tree; returns the tree and the digest it recorded.
-fn load_snapshot(path: &Path, acls: &mut Acls) -> Result<(DataTree, Option<(i64, i64)>), FileError> {
+/// A snapshot node whose ACL key the snapshot's ACL table does not hold.
+struct DanglingAcl {
+    path: String,
+    key: i64,
+}
+
+/// One loaded snapshot: the tree, the digest it recorded, and its dangling ACL references.
+struct LoadedSnapshot {
+    tree: DataTree,
+    digest: Option<(i64, i64)>,
+    dangling: Vec<DanglingAcl>,
+}
+
+/// Loads one snapshot file into a fresh tree. ZooKeeper writes a snapshot while txns go on
+/// (a fuzzy snapshot) and its ACL table before its nodes, so a node created or given a new
+/// ACL list meanwhile can name an ACL key the table does not hold; ZooKeeper loads such a
+/// node and the txn replayed after the snapshot gives it its ACL. Such nodes hold
+/// `placeholder` until then and are listed, for [`check_dangling`] after the replay.
+fn load_snapshot(path: &Path, acls: &mut Acls, placeholder: &SharedAcl) -> Result<LoadedSnapshot, FileError> {
     let mut reader = SnapshotReader::open(path)?;
     let mut tree = DataTree::import_start();
     for (id, timeout) in reader.sessions.drain(..) {
@@ -164,18 +182,43 @@ fn load_snapshot(path: &Path, acls: &mut Acls) -> Result<(DataTree, Option<(i64,
     let mut by_key: std::collections::HashMap<i64, SharedAcl> =
         reader.acls.drain(..).map(|(key, acl)| (key, acls.get(&acl))).collect();
     by_key.insert(OPEN_ACL_KEY, acls.intern(AclEntry::open()));
+    let mut dangling = Vec::new();
     while let Some(node) = reader.next_node()? {
-        let acl = by_key.get(&node.acl).cloned().ok_or_else(|| {
-            FileError::format(
-                path,
-                format!("node {:?} refers to ACL {} that the file does not hold", node.path, node.acl),
-            )
-        })?;
+        let acl = match by_key.get(&node.acl) {
+            Some(acl) => acl.clone(),
+            None => {
+                dangling.push(DanglingAcl { path: node.path.clone(), key: node.acl });
+                placeholder.clone()
+            }
+        };
         tree.import_node(&node.path, node.data.as_deref(), acl, NodeStat::from_persisted(&node.stat, 0))
             .map_err(|e| FileError::format(path, e))?;
     }
     let trailer = reader.finish()?;
-    Ok((tree, trailer.digest.filter(|d| d.version == digest::VERSION && d.zxid > 0).map(|d| (d.zxid, d.digest))))
+    let digest = trailer.digest.filter(|d| d.version == digest::VERSION && d.zxid > 0).map(|d| (d.zxid, d.digest));
+    Ok(LoadedSnapshot { tree, digest, dangling })
+}
+
+/// After the replay, a node that still holds the placeholder had no ACL in the snapshot and
+/// none from a txn after it: the files are damaged (ZooKeeper would fail serving that node).
+fn check_dangling(
+    tree: &DataTree,
+    snapshot: &Path,
+    dangling: &[DanglingAcl],
+    placeholder: &SharedAcl,
+) -> Result<(), FileError> {
+    for d in dangling {
+        if tree.import_acl_of(&d.path).is_some_and(|acl| Arc::ptr_eq(&acl, placeholder)) {
+            return Err(FileError::format(
+                snapshot,
+                format!(
+                    "node {:?} refers to ACL {} that neither the snapshot nor a txn logged after it holds",
+                    d.path, d.key
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `next` may follow `last` in ZooKeeper's zxid order: the next counter in the same
@@ -194,13 +237,15 @@ pub fn import(snap_dir: &Path, log_dir: &Path) -> Result<Option<Imported>, Impor
     }
     let mut report = ImportReport::default();
     let mut acls = Acls::default();
+    // Never interned: a node holds this very allocation only while its ACL is unknown.
+    let placeholder: SharedAcl = Arc::new(Vec::new());
 
     // The newest snapshot that reads whole, checksums included.
     let mut loaded = None;
     for (zxid, path) in files.snapshots.iter().take(SNAPSHOTS_TRIED) {
-        match load_snapshot(path, &mut acls) {
-            Ok((tree, digest)) => {
-                loaded = Some((*zxid, path.clone(), tree, digest));
+        match load_snapshot(path, &mut acls, &placeholder) {
+            Ok(snap) => {
+                loaded = Some((*zxid, path.clone(), snap));
                 break;
             }
             Err(e) => {
@@ -209,22 +254,22 @@ pub fn import(snap_dir: &Path, log_dir: &Path) -> Result<Option<Imported>, Impor
             }
         }
     }
-    let (snap_zxid, mut tree, mut recorded) = match loaded {
-        Some((zxid, path, tree, digest)) => {
+    let (snap_zxid, mut tree, mut recorded, dangling) = match loaded {
+        Some((zxid, path, snap)) => {
             report.snapshot = Some(path);
-            (zxid, tree, digest)
+            (zxid, snap.tree, snap.digest, snap.dangling)
         }
         None if !files.snapshots.is_empty() => {
             let reasons = report
                 .invalid_snapshots
                 .iter()
-                .map(|(p, e)| format!("{}: {e}", p.display()))
+                .map(|(_, e)| e.as_str()) // each names its file
                 .collect::<Vec<_>>()
                 .join("; ");
             return Err(ImportError::NoValidSnapshot { dir: snap_dir.to_owned(), reasons });
         }
         // Logs alone: a fresh ZooKeeper's empty tree, then every txn.
-        None => (0, DataTree::new(), None),
+        None => (0, DataTree::new(), None, Vec::new()),
     };
     report.snapshot_zxid = snap_zxid;
 
@@ -266,6 +311,9 @@ pub fn import(snap_dir: &Path, log_dir: &Path) -> Result<Option<Imported>, Impor
         }
     }
     report.replay = stats;
+    if let Some(snapshot) = &report.snapshot {
+        check_dangling(&tree, snapshot, &dangling, &placeholder)?;
+    }
 
     let fixups =
         tree.import_finish(last).map_err(|e| FileError::format(report.snapshot.as_deref().unwrap_or(snap_dir), e))?;
@@ -311,5 +359,60 @@ mod tests {
         assert!(!continues(0x1_0000_0005, 0x2_0000_0002));
         assert!(continues(0, 1));
         assert!(continues(0, 0x1_0000_0001));
+    }
+
+    /// A fuzzy snapshot: `/a` names ACL key 3, which the snapshot's ACL table (written before
+    /// `/a` was created) does not hold. `log` holds `/a`'s create with that ACL, or not.
+    fn fuzzy_acl_dir(with_create: bool) -> tempfile::TempDir {
+        use jute::txn::{CreateTxn, TxnHeader};
+        use jute::{Acl, Id, OpCode, Record, StatPersisted};
+        let dir = tempfile::tempdir().unwrap();
+        let read_only = vec![Acl { perms: 1, id: Id { scheme: "world".into(), id: Some("anyone".into()) } }];
+        let mut w = super::super::snapshot::SnapshotWriter::start(Vec::new(), 0, &[], &[]).unwrap();
+        w.node("", None, OPEN_ACL_KEY, &StatPersisted { pzxid: 6, cversion: 1, ..Default::default() }).unwrap();
+        let a = StatPersisted { czxid: 6, mzxid: 6, pzxid: 6, ..Default::default() };
+        w.node("/a", Some(b"x"), 3, &a).unwrap();
+        let bytes = w
+            .finish(super::super::snapshot::SnapshotDigest {
+                zxid: 5,
+                version: super::super::digest::VERSION,
+                digest: 0,
+            })
+            .unwrap();
+        std::fs::write(dir.path().join("snapshot.5"), bytes).unwrap();
+        let create = CreateTxn {
+            path: "/a".into(),
+            data: Some(b"x".to_vec().into()),
+            acl: read_only,
+            ephemeral: false,
+            parent_c_version: 1,
+        };
+        let mut entries = vec![(
+            TxnHeader { client_id: 1, cxid: 1, zxid: 6, time: 0, txn_type: OpCode::Create.code() },
+            create.to_bytes().to_vec(),
+        )];
+        if !with_create {
+            entries.clear();
+        }
+        std::fs::write(dir.path().join("log.6"), super::super::txnlog::tests::log_bytes(&entries)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn fuzzy_snapshot_acl_comes_from_the_replayed_create() {
+        let dir = fuzzy_acl_dir(true);
+        let imported = import(dir.path(), dir.path()).unwrap().unwrap();
+        let acl = imported.tree.import_acl_of("/a").unwrap();
+        assert_eq!(acl.len(), 1);
+        assert_eq!(acl[0].perms, 1);
+        assert_eq!(imported.report.last_zxid, 6);
+    }
+
+    #[test]
+    fn dangling_acl_that_no_txn_fills_is_an_error() {
+        let dir = fuzzy_acl_dir(false);
+        let err = import(dir.path(), dir.path()).err().unwrap().to_string();
+        assert!(err.contains("refers to ACL 3 that neither the snapshot nor a txn"), "{err}");
+        assert!(err.contains("snapshot.5"), "{err}");
     }
 }

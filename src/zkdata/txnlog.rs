@@ -329,7 +329,7 @@ impl TxnLogReader {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use jute::Record;
 
