@@ -25,16 +25,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import struct
 import threading
 import time
-import zlib
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient, KazooState
 
 import harness
+import zkfiles
 import zkwire
 from ensemble import Ensemble, srvr_mode
 
@@ -112,29 +111,9 @@ def bootstrap_of(m) -> dict:
 
 
 def zk_last_zxid(data_dir: str) -> int:
-    """The zxid of the last complete, checksummed entry in ZooKeeper's txn logs (`version-2/log.*`).
-
-    The format, from ZooKeeper's FileTxnLog: a 16-byte header (magic "ZKLG", version, dbid),
-    then per entry a long Adler-32 of the txn, an int length, the txn (its TxnHeader: long
-    clientId, int cxid, long zxid, ...) and the byte 'B'; a zero length ends the file (the rest
-    is preallocated zeros)."""
-    best = -1
-    for f in sorted(Path(data_dir, "version-2").glob("log.*")):
-        data = f.read_bytes()
-        if len(data) < 16 or data[:4] != b"ZKLG":
-            continue
-        off = 16
-        while off + 12 <= len(data):
-            crc, n = struct.unpack_from(">qi", data, off)
-            end = off + 12 + n
-            if n <= 0 or end + 1 > len(data) or data[end] != 0x42:
-                break
-            txn = data[off + 12:end]
-            if zlib.adler32(txn) != crc & 0xFFFFFFFF:
-                break
-            best = max(best, struct.unpack_from(">q", txn, 12)[0])
-            off = end + 1
-    return best
+    """The zxid of the last complete, checksummed entry in ZooKeeper's txn logs, read from
+    ZooKeeper's `log.*` files independently of Warden."""
+    return zkfiles.data_dir_last_zxid(data_dir)
 
 
 class Writer:

@@ -207,17 +207,7 @@ impl DataTree {
     /// Takes a node off its session's list or the reapable set.
     fn unfile(&mut self, path: &str) {
         let Some(owner) = self.nodes.get(path).map(|n| n.stat.ephemeral_owner) else { return };
-        match kind_of(owner) {
-            NodeKind::Ephemeral(session) => {
-                if let Some(s) = self.sessions.get_mut(&session) {
-                    s.ephemerals.remove(path);
-                }
-            }
-            NodeKind::Container | NodeKind::Ttl(_) => {
-                self.reapable.remove(path);
-            }
-            NodeKind::Normal => {}
-        }
+        self.unfile_kind(path, kind_of(owner));
     }
 
     /// `DataTree.setData`: the txn's version, zxid and time.

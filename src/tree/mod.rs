@@ -812,13 +812,9 @@ impl DataTree {
     }
 
     /// Removes a childless node and updates its parent, session and indexes
-    /// (`DataTree.deleteNode`: the parent's pzxid moves, its cversion does not).
-    fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
-        let Some(node) = self.nodes.remove(path) else { return };
-        let data = node.view().data();
-        self.digest_swap(digest::node(path, &node.acl, &node.stat, data), 0);
-        self.data_size -= path.len() as i64 + data.map_or(0, <[u8]>::len) as i64;
-        match node.kind() {
+    /// Takes a node of `kind` off its session's list or the reapable set.
+    fn unfile_kind(&mut self, path: &str, kind: NodeKind) {
+        match kind {
             NodeKind::Ephemeral(session) => {
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.ephemerals.remove(path);
@@ -829,6 +825,15 @@ impl DataTree {
             }
             NodeKind::Normal => {}
         }
+    }
+
+    /// (`DataTree.deleteNode`: the parent's pzxid moves, its cversion does not).
+    fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
+        let Some(node) = self.nodes.remove(path) else { return };
+        let data = node.view().data();
+        self.digest_swap(digest::node(path, &node.acl, &node.stat, data), 0);
+        self.data_size -= path.len() as i64 + data.map_or(0, <[u8]>::len) as i64;
+        self.unfile_kind(path, node.kind());
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
         let mut parent_acl = SharedAcl::default();
         let parent = self.nodes.update(&parent_path, |parent| {

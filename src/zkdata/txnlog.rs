@@ -136,35 +136,33 @@ fn decode_txn(op: OpCode, bytes: &[u8], in_multi: bool) -> Result<(&[u8], ZkTxn)
             Err(e) if ran_out(&e) => (bytes, ZkTxn::CloseSession { paths: None }),
             Err(e) => return Err(e.to_string()),
         },
-        OpCode::Create | OpCode::Create2 => match record::<txn::CreateTxn>(bytes) {
-            Ok((rest, t)) => (
-                rest,
-                ZkTxn::Create {
-                    opcode: op,
-                    path: t.path,
-                    data: t.data,
-                    acl: t.acl,
-                    ephemeral: t.ephemeral,
-                    parent_cversion: t.parent_c_version,
-                },
-            ),
-            // A CreateTxnV0 (before parentCVersion): -1 makes the replay work it out.
-            Err(e) if ran_out(&e) && op == OpCode::Create && !in_multi => {
-                let (rest, t) = record::<txn::CreateTxnV0>(bytes).map_err(text)?;
-                (
-                    rest,
-                    ZkTxn::Create {
-                        opcode: op,
+        OpCode::Create | OpCode::Create2 => {
+            let (rest, t) = match record::<txn::CreateTxn>(bytes) {
+                Ok(ok) => ok,
+                // A CreateTxnV0 (before parentCVersion): -1 makes the replay work it out.
+                Err(e) if ran_out(&e) && op == OpCode::Create && !in_multi => {
+                    let (rest, t) = record::<txn::CreateTxnV0>(bytes).map_err(text)?;
+                    let t = txn::CreateTxn {
                         path: t.path,
                         data: t.data,
                         acl: t.acl,
                         ephemeral: t.ephemeral,
-                        parent_cversion: -1,
-                    },
-                )
-            }
-            Err(e) => return Err(e.to_string()),
-        },
+                        parent_c_version: -1,
+                    };
+                    (rest, t)
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            let create = ZkTxn::Create {
+                opcode: op,
+                path: t.path,
+                data: t.data,
+                acl: t.acl,
+                ephemeral: t.ephemeral,
+                parent_cversion: t.parent_c_version,
+            };
+            (rest, create)
+        }
         OpCode::CreateTtl => {
             let (rest, t) = record::<txn::CreateTtlTxn>(bytes).map_err(text)?;
             (
