@@ -47,7 +47,11 @@ pub trait ApplyHook: Send + Sync + 'static {
     fn session_closed(&self, _session_id: i64) {}
     /// The whole tree was replaced (a snapshot installed from the leader), under the tree's
     /// write lock: what `applied` and `session_closed` would have reported for the txns in
-    /// between is told here, before any read sees `new`.
+    /// between is told here, before any read sees `new`. Every way the tree is replaced while
+    /// clients are connected must come through here (today: a snapshot install; a restore
+    /// from a backup must too); a restart or a first-start import happens before the client
+    /// port opens, and a log truncation never touches the tree (only committed entries are
+    /// applied).
     fn replaced(&self, _old: &DataTree, _new: &DataTree) {}
 }
 
