@@ -62,21 +62,24 @@ def test_dynamic_config_file_starts_one_ensemble():
 
 @pytest.mark.skipif(harness.default_kind() != "warden", reason="Warden's refusal of keys it does not support")
 @pytest.mark.parametrize(
-    "key,value",
+    "cfg,named,phrase",
     [
-        ("secureClientPort", "2281"),
-        ("ssl.keyStore.location", "/etc/zookeeper/keystore.pem"),
-        ("sslQuorum", "true"),
-        ("authProvider.1", "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"),
-        ("enforce.auth.enabled", "true"),
+        ({"secureClientPort": "2281"}, "ssl.keyStore.location", "no key store"),
+        ({"secureClientPort": "2281", "ssl.keyStore.location": "/nonexistent/keystore.pem"},
+         "ssl.keyStore.location", "No such file"),
+        ({"sslQuorum": "true"}, "sslQuorum", "not supported"),
+        ({"authProvider.1": "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"}, "authProvider.1",
+         "not supported"),
+        ({"enforce.auth.enabled": "true"}, "enforce.auth.enabled", "not supported"),
     ],
 )
-def test_security_config_is_refused_not_ignored(key, value):
-    """A security key Warden cannot honour stops start-up (exit status 2) naming the key."""
-    srv = harness.Server(kind="warden", name="sec", extra_cfg={key: value})
+def test_security_config_is_refused_not_ignored(cfg, named, phrase):
+    """A security key Warden cannot honour, or TLS without usable key material, stops start-up
+    (exit status 2) naming the key, instead of serving plaintext or unauthenticated."""
+    srv = harness.Server(kind="warden", name="sec", extra_cfg=cfg)
     try:
         r = subprocess.run(srv.command(), capture_output=True, text=True, timeout=30, cwd=str(srv.base_dir))
         assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
-        assert key in r.stderr and "not supported" in r.stderr, r.stderr[-2000:]
+        assert named in r.stderr and phrase in r.stderr, r.stderr[-2000:]
     finally:
         srv.close()

@@ -104,6 +104,73 @@ pub fn parse_server(key: &str, id: u64, value: &str) -> Result<ServerEntry, Conf
     Ok(ServerEntry { id, host: parts[0].trim().to_owned(), peer_port, election_port, observer, client })
 }
 
+/// A password from zoo.cfg (or the file `*.passwordPath` names): never printed.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: String) -> Secret {
+        Secret(s)
+    }
+
+    /// The password itself, for the one place that uses it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// A key or trust store (`ssl.keyStore.*`, `ssl.trustStore.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub location: PathBuf,
+    pub password: Option<Secret>,
+    /// `PEM`, `PKCS12` (or `JKS`, refused with a conversion hint); `None`: from the extension.
+    pub store_type: Option<String>,
+}
+
+/// `ssl.clientAuth`: whether the server asks TLS clients for a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAuth {
+    None,
+    Want,
+    /// ZooKeeper's default.
+    #[default]
+    Need,
+}
+
+/// TLS on the client port, as ZooKeeper's `secureClientPort` and `ssl.*` keys set it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    pub secure_client_port: Option<u16>,
+    pub secure_client_port_address: Option<IpAddr>,
+    /// `client.portUnification`: the plaintext client port also takes TLS connections.
+    pub port_unification: bool,
+    pub key_store: Option<StoreConfig>,
+    pub trust_store: Option<StoreConfig>,
+    pub client_auth: ClientAuth,
+    /// `ssl.protocol`; `None` offers TLS 1.2 and 1.3.
+    pub protocol: Option<String>,
+    pub enabled_protocols: Option<Vec<String>>,
+    /// `ssl.ciphersuites`, Java's (IANA) names; `None` offers rustls' defaults.
+    pub ciphersuites: Option<Vec<String>>,
+    /// `zookeeper.X509AuthenticationProvider.superUser`: a client whose certificate subject
+    /// is this DN is also `super`.
+    pub x509_super_user: Option<String>,
+}
+
+impl TlsConfig {
+    /// Whether any client connection can be TLS.
+    pub fn enabled(&self) -> bool {
+        self.secure_client_port.is_some() || self.port_unification
+    }
+}
+
 /// The server's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -112,6 +179,11 @@ pub struct Config {
     pub data_log_dir: PathBuf,
     pub client_port: u16,
     pub client_port_address: IpAddr,
+    /// Whether the plaintext `clientPort` is served: not when zoo.cfg sets only
+    /// `secureClientPort` (ZooKeeper then serves TLS alone).
+    pub plaintext_client_port: bool,
+    /// TLS on the client port (`secureClientPort`, `client.portUnification`, `ssl.*`).
+    pub tls: TlsConfig,
     /// Max concurrent connections per client IP; 0 = unlimited.
     pub max_client_cnxns: usize,
     /// `clientPortListenBacklog` as written (-1 when unset, as ZooKeeper reports it); see
@@ -192,6 +264,8 @@ impl Default for Config {
             data_log_dir: PathBuf::from("warden-data"),
             client_port: 2181,
             client_port_address: IpAddr::from([127, 0, 0, 1]),
+            plaintext_client_port: true,
+            tls: TlsConfig::default(),
             max_client_cnxns: 60,
             client_port_listen_backlog: -1,
             min_session_timeout_ms: 2 * tick as i32,
@@ -271,12 +345,12 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
             v.trim(),
             "org.apache.zookeeper.server.auth.DigestAuthenticationProvider"
                 | "org.apache.zookeeper.server.auth.IPAuthenticationProvider"
+                | "org.apache.zookeeper.server.auth.X509AuthenticationProvider"
         )
     };
     match key {
-        "secureClientPort" | "secureClientPortAddress" => Some("TLS on the client port (secureClientPort)"),
-        k if k.starts_with("ssl.") => Some("TLS (ssl.* keys)"),
-        "client.portUnification" | "portUnification" if on() => Some("TLS port unification"),
+        k if k.starts_with("ssl.quorum.") => None, // read only with sslQuorum, refused below
+        "portUnification" if on() => Some("TLS port unification between members (portUnification)"),
         "sslQuorum" if on() => Some("TLS between members (sslQuorum)"),
         "quorum.auth.enableSasl" | "quorum.auth.learnerRequireSasl" | "quorum.auth.serverRequireSasl" if on() => {
             Some("SASL between members")
@@ -284,9 +358,70 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
         k if k.starts_with("authProvider.") && !builtin(value) => Some("this authentication provider"),
         "enforce.auth.enabled" | "sessionRequireClientSASLAuth" if on() => Some("enforced client authentication"),
         "requireClientAuthScheme" => Some("a required client authentication scheme"),
-        "X509AuthenticationProvider.superUser" => Some("x509 authentication"),
         _ => None,
     }
+}
+
+/// A password key's value (or the file its `passwordPath` twin names, as ZooKeeper 3.8 reads
+/// it: the whole file, a trailing newline dropped).
+fn password(key: &str, value: &str, from_file: bool) -> Result<Secret, ConfigError> {
+    if !from_file {
+        return Ok(Secret::new(value.to_owned()));
+    }
+    let text = std::fs::read_to_string(value.trim()).map_err(|e| bad(key, value, e.to_string()))?;
+    Ok(Secret::new(text.strip_suffix('\n').unwrap_or(&text).to_owned()))
+}
+
+/// Applies one `ssl.*` (client side) key; `Ok(false)` if it is not one.
+fn tls_key(tls: &mut TlsConfig, raw_key: &str, key: &str, value: &str) -> Result<bool, ConfigError> {
+    fn store(s: &mut Option<StoreConfig>) -> &mut StoreConfig {
+        s.get_or_insert_with(|| StoreConfig { location: PathBuf::new(), password: None, store_type: None })
+    }
+    let list =
+        |v: &str| -> Vec<String> { v.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect() };
+    match key {
+        "ssl.keyStore.location" => store(&mut tls.key_store).location = PathBuf::from(value.trim()),
+        "ssl.keyStore.password" => store(&mut tls.key_store).password = Some(password(raw_key, value, false)?),
+        "ssl.keyStore.passwordPath" => store(&mut tls.key_store).password = Some(password(raw_key, value, true)?),
+        "ssl.keyStore.type" => store(&mut tls.key_store).store_type = Some(value.trim().to_owned()),
+        "ssl.trustStore.location" => store(&mut tls.trust_store).location = PathBuf::from(value.trim()),
+        "ssl.trustStore.password" => store(&mut tls.trust_store).password = Some(password(raw_key, value, false)?),
+        "ssl.trustStore.passwordPath" => store(&mut tls.trust_store).password = Some(password(raw_key, value, true)?),
+        "ssl.trustStore.type" => store(&mut tls.trust_store).store_type = Some(value.trim().to_owned()),
+        "ssl.clientAuth" => {
+            tls.client_auth = match value.trim().to_ascii_lowercase().as_str() {
+                "" | "need" => ClientAuth::Need,
+                "want" => ClientAuth::Want,
+                "none" => ClientAuth::None,
+                _ => return Err(bad(raw_key, value, "expected none, want or need")),
+            }
+        }
+        "ssl.protocol" => tls.protocol = Some(value.trim().to_owned()),
+        "ssl.enabledProtocols" => tls.enabled_protocols = Some(list(value)),
+        "ssl.ciphersuites" => tls.ciphersuites = Some(list(value)),
+        // The server does not check a client's host name on the client port in ZooKeeper
+        // either (`ClientX509Util.shouldVerifyClientHostname` is false); accepted.
+        "ssl.hostnameVerification" | "ssl.clientHostnameVerification" => {
+            parse_bool(raw_key, value)?;
+        }
+        "ssl.authProvider" => {
+            if value.trim() != "x509" {
+                return Err(bad(raw_key, value, "only the x509 provider is built in"));
+            }
+        }
+        "ssl.crl" | "ssl.ocsp" => {
+            if parse_bool(raw_key, value)? {
+                return Err(bad(raw_key, value, "certificate revocation checks are not supported by this build"));
+            }
+        }
+        // Java's engine choice and Netty's handshake timer: nothing to choose here.
+        "ssl.sslProvider" | "ssl.handshakeDetectionTimeoutMillis" => {}
+        k if k.starts_with("ssl.") && !k.starts_with("ssl.quorum.") => {
+            return Err(bad(raw_key, value, "unknown TLS key; refusing to start rather than ignore it"));
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// The members of a ZooKeeper 3.5+ `dynamicConfigFile` (`zoo.cfg.dynamic.<version>`): its
@@ -437,6 +572,15 @@ impl Config {
                         SpreadWorkers::Never
                     };
                 }
+                "secureClientPort" => c.tls.secure_client_port = Some(parse(raw_key, value)?),
+                "secureClientPortAddress" => c.tls.secure_client_port_address = Some(parse(raw_key, value)?),
+                "client.portUnification" => c.tls.port_unification = parse_bool(raw_key, value)?,
+                "X509AuthenticationProvider.superUser" => {
+                    c.tls.x509_super_user = Some(value.trim().to_owned()).filter(|v| !v.is_empty())
+                }
+                k if k.starts_with("ssl.") && !k.starts_with("ssl.quorum.") => {
+                    tls_key(&mut c.tls, raw_key, k, value)?;
+                }
                 // ZooKeeper 3.5+: the members live in their own file
                 // (`QuorumPeerConfig.parse`), and then only there.
                 "dynamicConfigFile" => dynamic_file = Some(value.clone()),
@@ -480,6 +624,31 @@ impl Config {
                     tracing::warn!(key = raw_key.as_str(), value = value.as_str(), "unknown configuration key ignored")
                 }
             }
+        }
+        if c.tls.secure_client_port.is_some() && !props.contains_key("clientPort") {
+            // ZooKeeper serves TLS alone then; never plaintext on a default port.
+            c.plaintext_client_port = false;
+        }
+        if c.tls.enabled() {
+            match &c.tls.key_store {
+                Some(s) if !s.location.as_os_str().is_empty() => {}
+                _ => {
+                    return Err(bad(
+                        "ssl.keyStore.location",
+                        "",
+                        "TLS is on (secureClientPort or client.portUnification) and no key store is set",
+                    ))
+                }
+            }
+            if c.tls.trust_store.as_ref().is_some_and(|s| s.location.as_os_str().is_empty()) {
+                return Err(bad(
+                    "ssl.trustStore.location",
+                    "",
+                    "a trust store password or type is set, and no location",
+                ));
+            }
+        } else if c.tls.key_store.is_some() || c.tls.trust_store.is_some() {
+            tracing::warn!("ssl.* keys are set but neither secureClientPort nor client.portUnification: no client connection is TLS");
         }
         if let Some(file) = dynamic_file {
             c.servers = read_dynamic_config(Path::new(&file))?;
@@ -589,28 +758,77 @@ mod tests {
     #[test]
     fn security_keys_are_refused_not_ignored() {
         for (k, v) in [
-            ("secureClientPort", "2281"),
-            ("ssl.keyStore.location", "/k.pem"),
-            ("zookeeper.ssl.quorum.trustStore.location", "/t.pem"),
             ("sslQuorum", "true"),
-            ("client.portUnification", "true"),
             ("quorum.auth.enableSasl", "true"),
             ("authProvider.1", "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"),
             ("enforce.auth.enabled", "true"),
             ("sessionRequireClientSASLAuth", "true"),
             ("requireClientAuthScheme", "sasl"),
             ("group.1", "1:2:3"),
+            ("ssl.crl", "true"),
+            ("ssl.foo", "bar"),
+            ("ssl.clientAuth", "maybe"),
         ] {
             let e = Config::from_properties(&props(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains(k), "{k}: {e}");
         }
+        // TLS asked for without key material names the key that is missing.
+        for (k, v) in [("secureClientPort", "2281"), ("client.portUnification", "true")] {
+            let e = Config::from_properties(&props(&[(k, v)])).unwrap_err().to_string();
+            assert!(e.contains("ssl.keyStore.location"), "{k}: {e}");
+        }
         for (k, v) in [
             ("sslQuorum", "false"),
             ("authProvider.1", "org.apache.zookeeper.server.auth.DigestAuthenticationProvider"),
+            ("authProvider.x509", "org.apache.zookeeper.server.auth.X509AuthenticationProvider"),
             ("serverCnxnFactory", "org.apache.zookeeper.server.NettyServerCnxnFactory"),
+            ("zookeeper.ssl.quorum.trustStore.location", "/t.pem"),
+            ("ssl.keyStore.location", "/k.pem"),
         ] {
             assert!(Config::from_properties(&props(&[(k, v)])).is_ok(), "{k}");
         }
+    }
+
+    /// ZooKeeper's TLS keys, with or without the `zookeeper.` prefix; passwords never print.
+    #[test]
+    fn tls_keys() {
+        let c = Config::from_properties(&props(&[
+            ("secureClientPort", "2281"),
+            ("zookeeper.ssl.keyStore.location", "/k.p12"),
+            ("ssl.keyStore.password", "hunter2"),
+            ("ssl.trustStore.location", "/t.pem"),
+            ("ssl.trustStore.type", "PEM"),
+            ("ssl.clientAuth", "want"),
+            ("ssl.enabledProtocols", "TLSv1.3, TLSv1.2"),
+            ("ssl.ciphersuites", "TLS_AES_128_GCM_SHA256"),
+            ("ssl.hostnameVerification", "false"),
+            ("zookeeper.X509AuthenticationProvider.superUser", "CN=admin"),
+        ]))
+        .unwrap();
+        let t = &c.tls;
+        assert_eq!(t.secure_client_port, Some(2281));
+        assert!(!c.plaintext_client_port, "secureClientPort without clientPort serves TLS alone");
+        let ks = t.key_store.as_ref().unwrap();
+        assert_eq!(ks.location, PathBuf::from("/k.p12"));
+        assert_eq!(ks.password.as_ref().unwrap().expose(), "hunter2");
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert_eq!(t.trust_store.as_ref().unwrap().store_type.as_deref(), Some("PEM"));
+        assert_eq!(t.client_auth, ClientAuth::Want);
+        assert_eq!(t.enabled_protocols.as_deref(), Some(&["TLSv1.3".to_string(), "TLSv1.2".to_string()][..]));
+        assert_eq!(t.x509_super_user.as_deref(), Some("CN=admin"));
+        let both = Config::from_properties(&props(&[
+            ("clientPort", "2181"),
+            ("secureClientPort", "2281"),
+            ("ssl.keyStore.location", "/k.pem"),
+        ]))
+        .unwrap();
+        assert!(both.plaintext_client_port);
+        // A password that is wrong to parse is never echoed back.
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        let c = Config::from_properties(&props(&[("ssl.keyStore.passwordPath", pw.to_str().unwrap())])).unwrap();
+        assert_eq!(c.tls.key_store.unwrap().password.unwrap().expose(), "s3cret");
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! - [`peer`]: the peer port between members (Raft's transport, forwarded writes, touches).
 //! - [`stats`]: server statistics, read by admin.
 //! - [`admin`]: four-letter words, admin HTTP, Prometheus.
+//! - [`tls`]: TLS on the client port: key and trust stores, rustls' configuration and its
+//!   reload, a client certificate's subject DN for the `x509` scheme.
 //! - [`zkdata`]: Apache ZooKeeper's data dir: its snapshot and log formats, import, export,
 //!   dumps, its session passwords and tree digest.
 //! - [`config`]: zoo.cfg and command-line flags into one validated `Config`.
@@ -36,6 +38,7 @@ pub mod runtime;
 pub mod server;
 pub mod session;
 pub mod stats;
+pub mod tls;
 pub mod tree;
 pub mod watch;
 pub mod zkdata;

@@ -141,6 +141,13 @@ fn main() -> std::process::ExitCode {
         None => Config::default(),
     };
     config.override_with(args.data_dir, args.client_port, args.client_port_address);
+    // TLS key material is configuration too: a store that cannot be used stops start-up here.
+    if config.tls.enabled() {
+        if let Err(e) = warden::tls::server_config(&config.tls) {
+            eprintln!("warden: configuration error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
     let mode = config.spread_workers;
     match warden::runtime::run(mode, |placement| warden::server::run(config, placement)) {
         Ok(Ok(())) => std::process::ExitCode::SUCCESS,

@@ -72,6 +72,8 @@ pub enum ServerError {
     Listen { addr: SocketAddr, source: std::io::Error },
     #[error("importing the ZooKeeper data dir: {0}")]
     Import(String),
+    #[error("TLS: {0}")]
+    Tls(crate::tls::TlsError),
 }
 
 /// A listening socket on `addr` with `backlog` connections queued for accept at most, with
@@ -350,6 +352,12 @@ fn write_joining(layout: &DataLayout) -> Result<(), ServerError> {
 /// hooks, is steered by the load from here (see [`crate::runtime::workers`]).
 pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<(), ServerError> {
     let config = Arc::new(config);
+    // The key material first: a bad store stops start-up before anything else happens.
+    let acceptor = if config.tls.enabled() {
+        Some(crate::tls::Acceptor::new(&config.tls).map_err(ServerError::Tls)?)
+    } else {
+        None
+    };
     let metrics_handle = if config.metrics_enable { crate::admin::metrics::install() } else { None };
     let layout = DataLayout::new(&config.data_dir, &config.data_log_dir);
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
@@ -447,9 +455,27 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         Some((host, port)) => (host.parse().unwrap_or(config.client_port_address), port),
         None => (config.client_port_address, config.client_port),
     };
-    let addr = SocketAddr::new(client_ip, client_port);
-    let listener = listen(addr, config.listen_backlog())?;
-    tracing::info!(%addr, backlog = config.listen_backlog(), data_dir = %config.data_dir.display(), server_id = config.server_id, "serving clients");
+    if let Some(a) = &acceptor {
+        tasks.push(tokio::spawn(a.clone().reload(stop_rx.clone())));
+    }
+    let mut listeners = Vec::new();
+    if config.plaintext_client_port {
+        let addr = SocketAddr::new(client_ip, client_port);
+        let security = match (&acceptor, config.tls.port_unification) {
+            (Some(a), true) => crate::client::Security::Unified(a.clone()),
+            _ => crate::client::Security::Plain,
+        };
+        let what =
+            if matches!(security, crate::client::Security::Unified(_)) { "plaintext and TLS" } else { "plaintext" };
+        listeners.push((listen(addr, config.listen_backlog())?, security));
+        tracing::info!(%addr, serves = what, backlog = config.listen_backlog(), data_dir = %config.data_dir.display(), server_id = config.server_id, "serving clients");
+    }
+    if let (Some(a), Some(secure_port)) = (&acceptor, config.tls.secure_client_port) {
+        let addr = SocketAddr::new(config.tls.secure_client_port_address.unwrap_or(client_ip), secure_port);
+        listeners.push((listen(addr, config.listen_backlog())?, crate::client::Security::Tls(a.clone())));
+        let auth = format!("{:?}", config.tls.client_auth).to_lowercase();
+        tracing::info!(%addr, client_auth = auth.as_str(), data_dir = %config.data_dir.display(), server_id = config.server_id, "serving TLS clients");
+    }
 
     if config.admin_enable {
         let addr = SocketAddr::new(config.admin_address, config.admin_port);
@@ -460,12 +486,19 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         tasks.push(tokio::spawn(crate::admin::metrics::serve(addr, view.clone(), h, stop_rx.clone())));
     }
     let port = crate::client::Port { dispatcher, stats, words: Arc::new(view) };
-    let clients = tokio::spawn(crate::client::listen(listener, port, stop_rx));
+    let clients: Vec<_> = listeners
+        .into_iter()
+        .map(|(listener, security)| {
+            tokio::spawn(crate::client::listen(listener, security, port.clone(), stop_rx.clone()))
+        })
+        .collect();
 
     shutdown_signal().await;
     tracing::info!("shutting down: no new connections");
     let _ = stop_tx.send(true);
-    let _ = clients.await;
+    for c in clients {
+        let _ = c.await;
+    }
     for task in tasks {
         let _ = task.await;
     }

@@ -194,7 +194,7 @@ pub fn configuration(d: &View) -> Vec<(String, String)> {
     let dirs = storage(d);
     vec![
         ("clientPort".into(), c.client_port.to_string()),
-        ("secureClientPort".into(), "-1".into()),
+        ("secureClientPort".into(), c.tls.secure_client_port.map_or(-1, i32::from).to_string()),
         ("dataDir".into(), dirs.snap_dir.display().to_string()),
         ("dataDirSize".into(), dir_size(&dirs.snap_dir).to_string()),
         ("dataLogDir".into(), dirs.log_dir.display().to_string()),

@@ -76,7 +76,7 @@ async fn control(
     }
 }
 
-/// One client connection.
+/// One client connection, plaintext: its socket's two halves need no lock between them.
 pub(super) async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
@@ -85,9 +85,41 @@ pub(super) async fn serve(
     cs: &stats::ConnStats,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let (rd, wr) = stream.into_split();
+    serve_halves(rd, wr, peer, None, port, conn_id, cs, stop).await;
+}
+
+/// One client connection over TLS; `certified` is the subject DN of the client's verified
+/// certificate, if it sent one.
+pub(super) async fn serve_tls(
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    peer: SocketAddr,
+    certified: Option<String>,
+    port: &Port,
+    conn_id: u64,
+    cs: &stats::ConnStats,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let (rd, wr) = tokio::io::split(stream);
+    serve_halves(rd, wr, peer, certified.as_deref(), port, conn_id, cs, stop).await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_halves<R, W>(
+    rd: R,
+    wr: W,
+    peer: SocketAddr,
+    certified: Option<&str>,
+    port: &Port,
+    conn_id: u64,
+    cs: &stats::ConnStats,
+    stop: tokio::sync::watch::Receiver<bool>,
+) where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let d = &port.dispatcher;
     let max = d.config().max_buffer;
-    let (rd, wr) = stream.into_split();
     let mut reader = FramedRead::with_capacity(rd, ServerCodec::new(max), READ_BUFFER);
     let mut writer = FramedWrite::with_capacity(wr, ServerCodec::new(max), WRITE_BUFFER);
     writer.set_backpressure_boundary(WRITE_BACKPRESSURE);
@@ -96,7 +128,7 @@ pub(super) async fn serve(
     // larger than the request loop's, and would otherwise size every connection's task for
     // its whole life (`serve`'s future: 2,704 bytes before, 1,568 with the handshake boxed).
     let Some(Handshake { session, caller, read_only }) =
-        Box::pin(handshake(&mut reader, &mut writer, port, peer, cs)).await
+        Box::pin(handshake(&mut reader, &mut writer, port, peer, certified, cs)).await
     else {
         return;
     };

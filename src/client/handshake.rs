@@ -42,13 +42,19 @@ pub(super) struct Handshake {
 
 /// Reads the first frame and answers it. `None` when the connection is to close (answered
 /// already where an answer is due).
-pub(super) async fn handshake(
-    reader: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, ServerCodec>,
-    writer: &mut FramedWrite<tokio::net::tcp::OwnedWriteHalf, ServerCodec>,
+/// `certified`: the subject DN of the client's verified TLS certificate.
+pub(super) async fn handshake<R, W>(
+    reader: &mut FramedRead<R, ServerCodec>,
+    writer: &mut FramedWrite<W, ServerCodec>,
     port: &Port,
     peer: SocketAddr,
+    certified: Option<&str>,
     cs: &stats::ConnStats,
-) -> Option<Handshake> {
+) -> Option<Handshake>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.next()).await {
         Ok(Some(Ok(m))) => m,
         Ok(Some(Err(e))) => {
@@ -78,7 +84,7 @@ pub(super) async fn handshake(
         }
     };
     port.stats.packet_received(cs);
-    match port.dispatcher.connect(&req, peer).await {
+    match port.dispatcher.connect(&req, peer, certified).await {
         Connected::Established(session, caller) => Some(Handshake { session, caller, read_only: req.read_only }),
         Connected::Expired => {
             let _ = writer.send(expired_response(req.read_only)).await;

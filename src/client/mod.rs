@@ -91,10 +91,85 @@ impl PerAddress {
     }
 }
 
+/// What a listener's connections speak.
+#[derive(Clone)]
+pub enum Security {
+    /// ZooKeeper's plaintext protocol.
+    Plain,
+    /// TLS only (`secureClientPort`).
+    Tls(Arc<crate::tls::Acceptor>),
+    /// Either, told apart by the first byte (`client.portUnification`): a TLS record starts
+    /// with 0x16 (handshake), a ZooKeeper frame with a length's high byte or a four-letter
+    /// word's first letter.
+    Unified(Arc<crate::tls::Acceptor>),
+}
+
+/// The first byte of a TLS connection (a handshake record).
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Runs one connection on `stream` as `security` says.
+async fn serve(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    security: &Security,
+    port: &Port,
+    conn_id: u64,
+    cs: &stats::ConnStats,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let acceptor = match security {
+        Security::Plain => return connection::serve(stream, peer, port, conn_id, cs, stop).await,
+        Security::Tls(a) => a,
+        Security::Unified(a) => {
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+                Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => a,
+                Ok(Ok(1)) => return connection::serve(stream, peer, port, conn_id, cs, stop).await,
+                _ => return,
+            }
+        }
+    };
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.current().accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            // An untrusted, expired or missing certificate, or not TLS at all.
+            let text = e.to_string();
+            let hint = if text.contains("UnsupportedCertVersion") {
+                " (an X.509 v1 certificate: only v3 certificates are accepted; issue it with any extension, e.g. openssl's -extfile)"
+            } else {
+                ""
+            };
+            tracing::info!(%peer, error = %text, "TLS handshake failed; closing{hint}");
+            port.stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!(stats::names::CONNECTIONS_REJECTED, "reason" => "tls_handshake").increment(1);
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "no TLS handshake within {HANDSHAKE_TIMEOUT:?}; closing");
+            return;
+        }
+    };
+    let certified = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| crate::tls::subject_dn(leaf));
+    if let Some(dn) = &certified {
+        tracing::debug!(%peer, subject = dn.as_str(), "TLS client authenticated");
+    }
+    connection::serve_tls(tls, peer, certified, port, conn_id, cs, stop).await;
+}
+
 /// Accepts client connections until `shutdown` fires.
 /// On shutdown, stops accepting, lets every connection finish the requests it already read
 /// (waiting at most [`DRAIN_TIMEOUT`]), then returns.
-pub async fn listen(listener: TcpListener, port: Port, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn listen(
+    listener: TcpListener,
+    security: Security,
+    port: Port,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let limits = Arc::new(PerAddress::default());
     let next_conn = Arc::new(AtomicU64::new(1));
     let tracker = tokio_util::task::TaskTracker::new();
@@ -127,6 +202,7 @@ pub async fn listen(listener: TcpListener, port: Port, mut shutdown: tokio::sync
         let limits = limits.clone();
         let conn_id = next_conn.fetch_add(1, Ordering::Relaxed);
         let stop = shutdown.clone();
+        let security = security.clone();
         tracker.spawn(async move {
             metrics::counter!(stats::names::CONNECTION_REQUESTS).increment(1);
             let Some(_slot) = limits.take(peer.ip(), max) else {
@@ -136,7 +212,7 @@ pub async fn listen(listener: TcpListener, port: Port, mut shutdown: tokio::sync
             };
             let _ = stream.set_nodelay(true);
             let cs = port.stats.open(conn_id, peer);
-            connection::serve(stream, peer, &port, conn_id, &cs, stop).await;
+            serve(stream, peer, &security, &port, conn_id, &cs, stop).await;
             port.stats.close(conn_id);
         });
     }

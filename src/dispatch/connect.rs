@@ -56,7 +56,11 @@ pub enum Connected {
 
 impl Dispatcher {
     /// The handshake of a connection from `peer`.
-    pub async fn connect(&self, req: &jute::ConnectRequest, peer: SocketAddr) -> Connected {
+    /// `certified`: the subject DN of the client's verified TLS certificate, if it sent one;
+    /// the session's caller is then also `x509:<DN>` (and `super` when the DN is
+    /// `zookeeper.X509AuthenticationProvider.superUser`), as ZooKeeper's
+    /// `X509AuthenticationProvider` makes it on a TLS handshake.
+    pub async fn connect(&self, req: &jute::ConnectRequest, peer: SocketAddr, certified: Option<&str>) -> Connected {
         if !*self.0.serving.borrow() || !self.0.raft.may_serve() {
             // ZooKeeper does not serve clients without a quorum, nor before a follower has
             // synced with its leader; they try the next server.
@@ -68,13 +72,20 @@ impl Dispatcher {
             return Connected::Refused(Refusal::ClientAhead { client: req.last_zxid_seen, server });
         }
         let timeout = self.0.config.negotiate_timeout(req.time_out);
-        let ip = AuthId { scheme: "ip".into(), id: peer.ip().to_string() };
+        let mut ids = vec![AuthId { scheme: "ip".into(), id: peer.ip().to_string() }];
+        if let Some(dn) = certified {
+            if self.0.config.tls.x509_super_user.as_deref() == Some(dn) {
+                ids.push(AuthId { scheme: "super".into(), id: dn.to_owned() });
+            }
+            ids.push(AuthId { scheme: "x509".into(), id: dn.to_owned() });
+        }
+        let ids: std::sync::Arc<[AuthId]> = ids.into();
         if req.session_id == 0 {
             let id = self.0.sessions.next_id();
             // ZooKeeper's password for this id (`ZooKeeperServer.generatePasswd`), so the session
             // survives an export back to ZooKeeper, which recomputes passwords from ids.
             let passwd = Bytes::copy_from_slice(&crate::zkdata::password::session_password(id));
-            let caller = Caller { session_id: id, auth: std::sync::Arc::from([ip]) };
+            let caller = Caller { session_id: id, auth: ids };
             let txn =
                 self.txn(&caller, TxnOp::CreateSession { session_id: id, timeout_ms: timeout, passwd: passwd.clone() });
             return match self.propose(txn).await {
@@ -104,7 +115,7 @@ impl Dispatcher {
         let known = self.0.shared.read().session(req.session_id).map(|s| s.passwd.clone());
         match known {
             Some(pw) if pw == req.passwd => {
-                let caller = Caller { session_id: req.session_id, auth: std::sync::Arc::from([ip]) };
+                let caller = Caller { session_id: req.session_id, auth: ids };
                 Connected::Established(Session { id: req.session_id, passwd: pw, timeout, resumed: true }, caller)
             }
             _ => Connected::Expired,

@@ -1,0 +1,425 @@
+//! TLS on the client port, as ZooKeeper configures it (`secureClientPort`, `ssl.*`): the key
+//! and trust stores read from PEM or PKCS#12 files (ZooKeeper's `KeyStoreFileType`), rustls'
+//! server configuration built from them (client authentication `none`/`want`/`need`, protocol
+//! versions, cipher suites), its reload when the store files change (ZooKeeper 3.9's
+//! `FileChangeWatcher`), and a verified client certificate's subject in the RFC 2253 form
+//! Java's `X500Principal.getName()` gives, which the `x509` scheme uses as the identity.
+//!
+//! This module knows nothing of ZooKeeper's protocol; the client port wraps accepted
+//! connections with the [`Acceptor`] it builds.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::RwLock;
+use std::time::Duration;
+use std::time::SystemTime;
+
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::PrivateKeyDer;
+use rustls_pki_types::PrivatePkcs8KeyDer;
+
+use crate::config::ClientAuth;
+use crate::config::StoreConfig;
+use crate::config::TlsConfig;
+
+/// A store or setting that cannot be used: start-up stops with the key named.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {why}")]
+pub struct TlsError {
+    /// The zoo.cfg key whose value is at fault.
+    pub key: &'static str,
+    pub why: String,
+}
+
+fn err(key: &'static str, why: impl Into<String>) -> TlsError {
+    TlsError { key, why: why.into() }
+}
+
+/// A store's file type, from `ssl.*Store.type` or else the file's extension (ZooKeeper's
+/// `KeyStoreFileType.fromPropertyValueOrFileName`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreType {
+    Pem,
+    Pkcs12,
+}
+
+fn store_type(store: &StoreConfig, type_key: &'static str, location_key: &'static str) -> Result<StoreType, TlsError> {
+    let (key, named) = match &store.store_type {
+        Some(t) if !t.trim().is_empty() => (type_key, t.trim().to_ascii_uppercase()),
+        _ => {
+            let ext = store.location.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_uppercase();
+            (location_key, ext)
+        }
+    };
+    match named.as_str() {
+        "PEM" | "CRT" | "CER" => Ok(StoreType::Pem),
+        "PKCS12" | "P12" | "PFX" => Ok(StoreType::Pkcs12),
+        "JKS" => Err(err(
+            key,
+            format!(
+                "{}: JKS stores are not read by Warden (no Java here); convert it once with \
+                 `keytool -importkeystore -srckeystore {0} -srcstoretype JKS -destkeystore store.p12 \
+                 -deststoretype PKCS12` and point the key at store.p12 (type PKCS12), or use PEM",
+                store.location.display()
+            ),
+        )),
+        "BCFKS" => Err(err(key, "BCFKS stores are not supported; use PEM or PKCS12")),
+        "" => Err(err(
+            key,
+            format!(
+                "{}: cannot tell the store's type from its name; set the matching ssl.*Store.type to PEM or PKCS12",
+                store.location.display()
+            ),
+        )),
+        other => Err(err(key, format!("unknown store type {other:?}; expected PEM or PKCS12"))),
+    }
+}
+
+fn read(store: &StoreConfig, key: &'static str) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(&store.location).map_err(|e| err(key, format!("{}: {e}", store.location.display())))
+}
+
+/// The server's certificate chain and private key.
+struct KeyMaterial {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+/// The PEM block `label` in `text`, whole (markers included), if there is one.
+fn pem_block<'a>(text: &'a str, label: &str) -> Option<&'a str> {
+    let begin = format!("-----BEGIN {label}-----");
+    let end = format!("-----END {label}-----");
+    let start = text.find(&begin)?;
+    let stop = text[start..].find(&end)? + start + end.len();
+    Some(&text[start..stop])
+}
+
+fn load_key_store(store: &StoreConfig) -> Result<KeyMaterial, TlsError> {
+    const LOC: &str = "ssl.keyStore.location";
+    const PW: &str = "ssl.keyStore.password";
+    let bytes = read(store, LOC)?;
+    let password = store.password.as_ref().map(|p| p.expose().to_owned()).unwrap_or_default();
+    match store_type(store, "ssl.keyStore.type", LOC)? {
+        StoreType::Pem => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
+                .collect::<Result<_, _>>()
+                .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?;
+            if chain.is_empty() {
+                return Err(err(LOC, format!("{}: holds no CERTIFICATE", store.location.display())));
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            let key = if let Some(block) = pem_block(&text, "ENCRYPTED PRIVATE KEY") {
+                if password.is_empty() {
+                    return Err(err(PW, "the key store's private key is encrypted and no password is set"));
+                }
+                let (_, der) = pkcs8::der::pem::decode_vec(block.as_bytes())
+                    .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?;
+                let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice())
+                    .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?;
+                let plain = info.decrypt(password.as_bytes()).map_err(|e| {
+                    err(PW, format!("cannot decrypt the private key in {}: {e}", store.location.display()))
+                })?;
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(plain.as_bytes().to_vec()))
+            } else {
+                PrivateKeyDer::from_pem_slice(&bytes)
+                    .map_err(|e| err(LOC, format!("{}: no usable private key: {e}", store.location.display())))?
+            };
+            Ok(KeyMaterial { chain, key })
+        }
+        StoreType::Pkcs12 => {
+            let ks = p12_keystore::KeyStore::from_pkcs12(&bytes, &password)
+                .map_err(|e| err(PW, format!("cannot open {}: {e}", store.location.display())))?;
+            let (_, chain) = ks
+                .private_key_chain()
+                .ok_or_else(|| err(LOC, format!("{}: holds no private key entry", store.location.display())))?;
+            let certs: Vec<CertificateDer<'static>> =
+                chain.chain().iter().map(|c| CertificateDer::from(c.as_der().to_vec())).collect();
+            if certs.is_empty() {
+                return Err(err(LOC, format!("{}: its key has no certificate", store.location.display())));
+            }
+            Ok(KeyMaterial { chain: certs, key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(chain.key().to_vec())) })
+        }
+    }
+}
+
+fn load_trust_store(store: &StoreConfig) -> Result<RootCertStore, TlsError> {
+    const LOC: &str = "ssl.trustStore.location";
+    let bytes = read(store, LOC)?;
+    let certs: Vec<CertificateDer<'static>> = match store_type(store, "ssl.trustStore.type", LOC)? {
+        StoreType::Pem => CertificateDer::pem_slice_iter(&bytes)
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?,
+        StoreType::Pkcs12 => {
+            let password = store.password.as_ref().map(|p| p.expose().to_owned()).unwrap_or_default();
+            let ks = p12_keystore::KeyStore::from_pkcs12(&bytes, &password).map_err(|e| {
+                err("ssl.trustStore.password", format!("cannot open {}: {e}", store.location.display()))
+            })?;
+            ks.entries()
+                .flat_map(|(_, entry)| match entry {
+                    p12_keystore::KeyStoreEntry::Certificate(c) => vec![CertificateDer::from(c.as_der().to_vec())],
+                    p12_keystore::KeyStoreEntry::PrivateKeyChain(k) => {
+                        k.chain().iter().map(|c| CertificateDer::from(c.as_der().to_vec())).collect()
+                    }
+                    p12_keystore::KeyStoreEntry::Secret(_) => Vec::new(),
+                })
+                .collect()
+        }
+    };
+    let mut roots = RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(err(LOC, format!("{}: holds no usable CA certificate", store.location.display())));
+    }
+    Ok(roots)
+}
+
+/// ZooKeeper's (Java's) protocol name -> rustls' version.
+fn protocol(name: &str) -> Option<&'static rustls::SupportedProtocolVersion> {
+    match name.trim() {
+        "TLSv1.3" => Some(&rustls::version::TLS13),
+        "TLSv1.2" => Some(&rustls::version::TLS12),
+        _ => None,
+    }
+}
+
+/// The protocol versions to offer: `ssl.enabledProtocols`, else `ssl.protocol` (with
+/// `TLS`/unset meaning both 1.2 and 1.3, the versions Java negotiates by default).
+fn versions(tls: &TlsConfig) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, TlsError> {
+    if let Some(list) = &tls.enabled_protocols {
+        let mut out = Vec::new();
+        for name in list {
+            match protocol(name) {
+                Some(v) => out.push(v),
+                None => tracing::warn!(
+                    protocol = name.as_str(),
+                    "ssl.enabledProtocols: not offered (only TLSv1.2 and TLSv1.3 are)"
+                ),
+            }
+        }
+        if out.is_empty() {
+            return Err(err("ssl.enabledProtocols", "names no protocol Warden offers (TLSv1.2, TLSv1.3)"));
+        }
+        return Ok(out);
+    }
+    match tls.protocol.as_deref().map(str::trim) {
+        None | Some("TLS") | Some("") => Ok(vec![&rustls::version::TLS13, &rustls::version::TLS12]),
+        Some(name) => protocol(name)
+            .map(|v| vec![v])
+            .ok_or_else(|| err("ssl.protocol", format!("{name:?}: expected TLSv1.2, TLSv1.3 or TLS"))),
+    }
+}
+
+/// A rustls suite's IANA name as Java writes it (`TLS13_AES_128_GCM_SHA256` is Java's
+/// `TLS_AES_128_GCM_SHA256`).
+fn java_name(suite: rustls::SupportedCipherSuite) -> String {
+    let name = format!("{:?}", suite.suite());
+    match name.strip_prefix("TLS13_") {
+        Some(rest) => format!("TLS_{rest}"),
+        None => name,
+    }
+}
+
+fn provider(tls: &TlsConfig) -> Result<rustls::crypto::CryptoProvider, TlsError> {
+    // ring, not aws-lc-rs (which needs cmake and a C toolchain's extras to build); rustls
+    // marks ring's provider deprecated only for lacking post-quantum key exchange.
+    #[allow(deprecated)]
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some(wanted) = &tls.ciphersuites {
+        let known: Vec<String> = provider.cipher_suites.iter().map(|s| java_name(*s)).collect();
+        for name in wanted.iter().filter(|n| !known.iter().any(|k| k.eq_ignore_ascii_case(n.trim()))) {
+            tracing::warn!(suite = name.as_str(), "ssl.ciphersuites: not implemented by rustls, not offered");
+        }
+        provider.cipher_suites.retain(|s| wanted.iter().any(|n| n.trim().eq_ignore_ascii_case(&java_name(*s))));
+        if provider.cipher_suites.is_empty() {
+            return Err(err(
+                "ssl.ciphersuites",
+                format!("names no suite Warden offers; these are: {}", known.join(",")),
+            ));
+        }
+    }
+    Ok(provider)
+}
+
+/// Builds rustls' server configuration from the stores and settings.
+pub fn server_config(tls: &TlsConfig) -> Result<ServerConfig, TlsError> {
+    let key_store =
+        tls.key_store.as_ref().ok_or_else(|| err("ssl.keyStore.location", "TLS is on and no key store is set"))?;
+    let material = load_key_store(key_store)?;
+    let provider = Arc::new(provider(tls)?);
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions(tls)?)
+        .map_err(|e| err("ssl.ciphersuites", format!("no suite fits the protocols: {e}")))?;
+    let builder = match tls.client_auth {
+        ClientAuth::None => builder.with_no_client_auth(),
+        auth => {
+            let store = tls.trust_store.as_ref().ok_or_else(|| {
+                err(
+                    "ssl.trustStore.location",
+                    "client certificates are asked for (ssl.clientAuth) and no trust store is set",
+                )
+            })?;
+            let roots = Arc::new(load_trust_store(store)?);
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
+            let verifier = if auth == ClientAuth::Want { verifier.allow_unauthenticated() } else { verifier };
+            let verifier = verifier.build().map_err(|e| err("ssl.trustStore.location", e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    builder
+        .with_single_cert(material.chain, material.key)
+        .map_err(|e| err("ssl.keyStore.location", format!("the key and its certificate do not go together: {e}")))
+}
+
+/// The files whose change makes the configuration be built again, with their last seen
+/// modification times.
+fn stamps(tls: &TlsConfig) -> Vec<(PathBuf, Option<SystemTime>)> {
+    [&tls.key_store, &tls.trust_store]
+        .into_iter()
+        .flatten()
+        .map(|s| (s.location.clone(), std::fs::metadata(&s.location).and_then(|m| m.modified()).ok()))
+        .collect()
+}
+
+/// How often the store files are looked at for a change.
+const RELOAD_CHECK: Duration = Duration::from_secs(2);
+
+/// The client port's TLS acceptor, rebuilt when its store files change; connections already
+/// open keep the configuration they were accepted with.
+pub struct Acceptor {
+    settings: TlsConfig,
+    current: RwLock<tokio_rustls::TlsAcceptor>,
+}
+
+impl Acceptor {
+    /// Builds the acceptor; errors name the zoo.cfg key at fault.
+    pub fn new(settings: &TlsConfig) -> Result<Arc<Acceptor>, TlsError> {
+        let config = server_config(settings)?;
+        Ok(Arc::new(Acceptor {
+            settings: settings.clone(),
+            current: RwLock::new(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        }))
+    }
+
+    /// The acceptor for a new connection.
+    pub fn current(&self) -> tokio_rustls::TlsAcceptor {
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Watches the store files until `stop`: a change (a new modification time) builds the
+    /// configuration again; one that does not build is logged and the old one kept.
+    pub async fn reload(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut seen = stamps(&self.settings);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(RELOAD_CHECK) => {}
+                _ = stop.changed() => return,
+            }
+            let now = stamps(&self.settings);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            match server_config(&self.settings) {
+                Ok(config) => {
+                    *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        tokio_rustls::TlsAcceptor::from(Arc::new(config));
+                    tracing::info!("TLS key or trust store changed: reloaded; open connections keep theirs");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS key or trust store changed but cannot be used; keeping the old one")
+                }
+            }
+        }
+    }
+}
+
+/// RFC 2253 attribute keywords Java's `X500Principal.getName()` writes by name.
+fn keyword(oid: &str) -> Option<&'static str> {
+    Some(match oid {
+        "2.5.4.3" => "CN",
+        "2.5.4.6" => "C",
+        "2.5.4.7" => "L",
+        "2.5.4.8" => "ST",
+        "2.5.4.10" => "O",
+        "2.5.4.11" => "OU",
+        "2.5.4.9" => "STREET",
+        "0.9.2342.19200300.100.1.25" => "DC",
+        "0.9.2342.19200300.100.1.1" => "UID",
+        _ => return None,
+    })
+}
+
+/// An attribute value escaped as RFC 2253 section 2.4 says.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let last = value.chars().count().saturating_sub(1);
+    for (i, ch) in value.chars().enumerate() {
+        let special = matches!(ch, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && (ch == '#' || ch == ' '))
+            || (i == last && ch == ' ');
+        if special {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// The subject of a DER certificate as Java's `X500Principal.getName()` (RFC 2253) writes it:
+/// the RDNs last to first, joined by `,`, a multi-valued RDN's parts by `+`; known keywords
+/// by name with the value as a string, others as `OID=#` and the value's DER in hex.
+pub fn subject_dn(cert: &[u8]) -> Option<String> {
+    use x509_parser::der_parser::asn1_rs::ToDer;
+    let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let mut rdns = Vec::new();
+    for rdn in cert.subject().iter_rdn() {
+        let mut parts = Vec::new();
+        for atv in rdn.iter() {
+            let oid = atv.attr_type().to_id_string();
+            match (keyword(&oid), atv.as_str()) {
+                (Some(k), Ok(v)) => parts.push(format!("{k}={}", escape(v))),
+                _ => {
+                    let der = atv.attr_value().to_der_vec().ok()?;
+                    let hex: String = der.iter().map(|b| format!("{b:02x}")).collect();
+                    parts.push(format!("{oid}=#{hex}"));
+                }
+            }
+        }
+        rdns.push(parts.join("+"));
+    }
+    rdns.reverse();
+    Some(rdns.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc2253_escaping() {
+        assert_eq!(escape("a,b"), "a\\,b");
+        assert_eq!(escape("#x"), "\\#x");
+        assert_eq!(escape(" x "), "\\ x\\ ");
+        assert_eq!(escape("plain"), "plain");
+    }
+
+    #[test]
+    fn store_types() {
+        let s = |loc: &str, t: Option<&str>| StoreConfig {
+            location: PathBuf::from(loc),
+            password: None,
+            store_type: t.map(str::to_owned),
+        };
+        assert_eq!(store_type(&s("/k.pem", None), "t", "l").unwrap(), StoreType::Pem);
+        assert_eq!(store_type(&s("/k.p12", None), "t", "l").unwrap(), StoreType::Pkcs12);
+        assert_eq!(store_type(&s("/k.bin", Some("pkcs12")), "t", "l").unwrap(), StoreType::Pkcs12);
+        let jks = store_type(&s("/k.jks", None), "t", "l").unwrap_err();
+        assert_eq!(jks.key, "l");
+        assert!(jks.why.contains("keytool -importkeystore"), "{}", jks.why);
+        assert_eq!(store_type(&s("/k.bin", None), "t", "l").unwrap_err().key, "l");
+    }
+}
