@@ -234,6 +234,10 @@ pub struct Config {
     /// `forceSync`: Raft log appends are fsynced before a write is acknowledged. As in
     /// ZooKeeper, only the value `no` turns it off.
     pub force_sync: bool,
+    /// `readMode=linearizable` (Warden's own key): every read is served after a read-index
+    /// round (shared by the reads that wait for it), as if the client sent `sync` first.
+    /// Default `zookeeper`: ZooKeeper's own promise (a member's reads may lag the leader).
+    pub linearizable_reads: bool,
 }
 
 impl Config {
@@ -295,6 +299,7 @@ impl Default for Config {
             spread_workers: SpreadWorkers::Auto,
             fsync_warning_threshold_ms: DEFAULT_FSYNC_WARNING_MS,
             force_sync: true,
+            linearizable_reads: false,
         }
     }
 }
@@ -559,6 +564,13 @@ impl Config {
                             value = v,
                             "only 'no' turns fsync off, as in ZooKeeper: fsync stays on"
                         );
+                    }
+                }
+                "readMode" => {
+                    c.linearizable_reads = match value.trim() {
+                        "zookeeper" => false,
+                        "linearizable" => true,
+                        _ => return Err(bad(raw_key, value, "expected zookeeper or linearizable")),
                     }
                 }
                 "runtime.spreadWorkers" => {

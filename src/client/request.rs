@@ -98,6 +98,24 @@ impl Requests {
             Prepped::Refuse(code) => {
                 (ready(xid, Reply::error(d.last_zxid(), code), false, (op, short), started), false)
             }
+            Prepped::Read if d.needs_read_index(&request) => {
+                // readMode=linearizable: as if the client had sent sync first (shared rounds).
+                self.watching |= Dispatcher::may_watch(&request);
+                let target = self.submitted;
+                let mut rx = self.written().subscribe();
+                let (d, caller) = (self.d.clone(), self.caller.clone());
+                let ticket = self.waiting_reads.register(order::read_scope(&request));
+                let job = async move {
+                    let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
+                    let reply = match d.sync_batched().await {
+                        Ok(()) => d.read_after(&caller, &request, fence).await,
+                        Err(e) => Reply::error(d.last_zxid(), crate::dispatch::reply::propose_error_code(&e)),
+                    };
+                    ticket.ran();
+                    Done { xid, reply, close: false, op, short, started }
+                };
+                (job.boxed(), false)
+            }
             Prepped::Read => {
                 self.watching |= Dispatcher::may_watch(&request);
                 let written = self.written.as_ref().map_or_else(Written::default, |t| *t.borrow());
@@ -128,7 +146,7 @@ impl Requests {
                 let ticket = self.waiting_reads.register(order::Scope::All);
                 let job = async move {
                     let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
-                    let reply = match d.sync().await {
+                    let reply = match d.sync_batched().await {
                         Ok(()) => d.read_after(&caller, &request, fence).await,
                         Err(e) => Reply::error(d.last_zxid(), crate::dispatch::reply::propose_error_code(&e)),
                     };

@@ -77,6 +77,15 @@ struct Parts {
     /// The last zxid of the ZooKeeper data this member's data dir held when it started new,
     /// for the bootstrap of members still starting (`crate::peer::bootstrap`).
     zookeeper_zxid: Option<i64>,
+    /// Shared `sync` rounds (see [`Dispatcher::sync_batched`]).
+    sync_rounds: std::sync::Mutex<SyncRounds>,
+}
+
+/// Callers waiting for the next shared `sync` round, and whether one runs.
+#[derive(Default)]
+struct SyncRounds {
+    running: bool,
+    next: Vec<tokio::sync::oneshot::Sender<Result<(), crate::raft::ProposeError>>>,
 }
 
 /// The pipeline handle shared by every connection. Cheap to clone: one reference count (each
@@ -110,6 +119,7 @@ impl Dispatcher {
             peers: p.peers,
             serving: p.serving,
             zookeeper_zxid: p.zookeeper_zxid,
+            sync_rounds: Default::default(),
         }))
     }
 

@@ -67,6 +67,58 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// `sync`, with the callers that ask while a round runs sharing the next round: one
+    /// read-index round (and on a follower one request to the leader) per batch. A round
+    /// serves only callers that asked before it started, so each one's read point is taken
+    /// after its call, as a read index must be.
+    pub async fn sync_batched(&self) -> Result<(), ProposeError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let start = {
+            let mut rounds = self.0.sync_rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            rounds.next.push(tx);
+            !std::mem::replace(&mut rounds.running, true)
+        };
+        if start {
+            let d = self.clone();
+            tokio::spawn(async move { d.run_sync_rounds().await });
+        }
+        rx.await.unwrap_or_else(|_| Err(ProposeError::Raft("the sync round was dropped".into())))
+    }
+
+    async fn run_sync_rounds(&self) {
+        loop {
+            let batch = {
+                let mut rounds = self.0.sync_rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if rounds.next.is_empty() {
+                    rounds.running = false;
+                    return;
+                }
+                std::mem::take(&mut rounds.next)
+            };
+            let result = self.sync().await;
+            for waiter in batch {
+                let _ = waiter.send(result.clone());
+            }
+        }
+    }
+
+    /// Whether `request` is a read that `readMode=linearizable` serves after a read-index
+    /// round (every read of the tree; not pings or watch bookkeeping).
+    pub fn needs_read_index(&self, request: &Request) -> bool {
+        self.0.config.linearizable_reads
+            && matches!(
+                request,
+                Request::Exists(_)
+                    | Request::GetData(_)
+                    | Request::GetAcl(_)
+                    | Request::GetChildren(_)
+                    | Request::GetChildren2(_)
+                    | Request::GetAllChildrenNumber(_)
+                    | Request::GetEphemerals(_)
+                    | Request::MultiRead(_)
+            )
+    }
+
     /// Serves a read from the local tree; watches are registered under the same lock.
     pub fn read(&self, caller: &Caller, request: &Request) -> Reply {
         self.read_in(&self.0.shared.read(), caller, request)
