@@ -488,6 +488,25 @@ impl Config {
         let mut data_log_set = false;
         let mut dynamic_file = None;
         for (raw_key, value) in props {
+            // ZooKeeper makes a zoo.cfg key K it does not parse the Java property
+            // `zookeeper.K`; these two, written with the prefix in zoo.cfg, become
+            // `zookeeper.zookeeper.…`, which nothing reads: they grant nothing there, and
+            // granting super here would differ in the one direction that matters.
+            if let Some(k) =
+                ["zookeeper.X509AuthenticationProvider.superUser", "zookeeper.DigestAuthenticationProvider.superDigest"]
+                    .into_iter()
+                    .find(|k| raw_key == k)
+            {
+                return Err(bad(
+                    raw_key,
+                    "(not shown)",
+                    format!(
+                        "in zoo.cfg ZooKeeper ignores this spelling (it reads it as the Java property zookeeper.{k}) \
+                         and grants no super user; write {} to mean it",
+                        &k["zookeeper.".len()..]
+                    ),
+                ));
+            }
             let key = raw_key.strip_prefix("zookeeper.").unwrap_or(raw_key);
             match key {
                 "tickTime" => {
@@ -613,6 +632,10 @@ impl Config {
                         value,
                         format!("{what} is not supported by this build; refusing to start rather than run without it"),
                     ));
+                }
+                // The built-in providers (digest, ip, x509) are always on in Warden.
+                k if k.starts_with("authProvider.") => {
+                    tracing::debug!(key = raw_key.as_str(), "a built-in authentication provider: always on");
                 }
                 k if k.starts_with("server.") => {
                     let id = parse::<u64>(raw_key, &k["server.".len()..])?;
@@ -814,7 +837,7 @@ mod tests {
             ("ssl.enabledProtocols", "TLSv1.3, TLSv1.2"),
             ("ssl.ciphersuites", "TLS_AES_128_GCM_SHA256"),
             ("ssl.hostnameVerification", "false"),
-            ("zookeeper.X509AuthenticationProvider.superUser", "CN=admin"),
+            ("X509AuthenticationProvider.superUser", "CN=admin"),
         ]))
         .unwrap();
         let t = &c.tls;

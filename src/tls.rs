@@ -98,6 +98,58 @@ fn pem_block<'a>(text: &'a str, label: &str) -> Option<&'a str> {
     Some(&text[start..stop])
 }
 
+/// PKCS#12's `pbeWithSHAAnd3-KeyTripleDES-CBC`, what `openssl pkcs8 -topk8 -v1 PBE-SHA1-3DES`
+/// (and older tools by default) writes, and Java reads.
+const PBE_SHA1_3DES: der::asn1::ObjectIdentifier = der::asn1::ObjectIdentifier::new_unwrap("1.2.840.113549.1.12.1.3");
+
+/// `EncryptedPrivateKeyInfo` (RFC 5958), its algorithm left open.
+#[derive(der::Sequence)]
+struct EncryptedKey {
+    algorithm: spki::AlgorithmIdentifierOwned,
+    data: der::asn1::OctetString,
+}
+
+/// PKCS#12 PBE parameters (RFC 7292 appendix C).
+#[derive(der::Sequence)]
+struct Pkcs12PbeParams {
+    salt: der::asn1::OctetString,
+    iterations: u32,
+}
+
+/// Decrypts an `ENCRYPTED PRIVATE KEY` (its DER) to PKCS#8: PBES2 (PBKDF2 with AES or
+/// 3DES, openssl's default) through the pkcs8 crate, PKCS#12's PBE-SHA1-3DES with the PKCS#12
+/// key derivation, as Java's `EncryptedPrivateKeyInfo` reads both.
+fn decrypt_key(der_bytes: &[u8], password: &str) -> Result<Vec<u8>, String> {
+    use cbc::cipher::block_padding::Pkcs7;
+    use cbc::cipher::BlockDecryptMut;
+    use cbc::cipher::KeyIvInit;
+    use der::Decode;
+    let info = EncryptedKey::from_der(der_bytes).map_err(|e| e.to_string())?;
+    if info.algorithm.oid != PBE_SHA1_3DES {
+        let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der_bytes)
+            .map_err(|e| format!("{e} (encryption {} not supported)", info.algorithm.oid))?;
+        return info.decrypt(password.as_bytes()).map(|d| d.as_bytes().to_vec()).map_err(|e| e.to_string());
+    }
+    let params = info
+        .algorithm
+        .parameters
+        .as_ref()
+        .ok_or("PBE parameters missing")?
+        .decode_as::<Pkcs12PbeParams>()
+        .map_err(|e| e.to_string())?;
+    let rounds = i32::try_from(params.iterations).map_err(|_| "iteration count too large")?;
+    let derive = |kind, len| {
+        pkcs12::kdf::derive_key_utf8::<sha1::Sha1>(password, params.salt.as_bytes(), kind, rounds, len)
+            .map_err(|e| e.to_string())
+    };
+    let key = derive(pkcs12::kdf::Pkcs12KeyType::EncryptionKey, 24)?;
+    let iv = derive(pkcs12::kdf::Pkcs12KeyType::Iv, 8)?;
+    cbc::Decryptor::<des::TdesEde3>::new_from_slices(&key, &iv)
+        .map_err(|e| e.to_string())?
+        .decrypt_padded_vec_mut::<Pkcs7>(info.data.as_bytes())
+        .map_err(|_| "wrong password (the decrypted key does not unpad)".to_string())
+}
+
 fn load_key_store(store: &StoreConfig) -> Result<KeyMaterial, TlsError> {
     const LOC: &str = "ssl.keyStore.location";
     const PW: &str = "ssl.keyStore.password";
@@ -118,12 +170,10 @@ fn load_key_store(store: &StoreConfig) -> Result<KeyMaterial, TlsError> {
                 }
                 let (_, der) = pkcs8::der::pem::decode_vec(block.as_bytes())
                     .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?;
-                let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice())
-                    .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?;
-                let plain = info.decrypt(password.as_bytes()).map_err(|e| {
-                    err(PW, format!("cannot decrypt the private key in {}: {e}", store.location.display()))
+                let plain = decrypt_key(&der, &password).map_err(|why| {
+                    err(PW, format!("cannot decrypt the private key in {}: {why}", store.location.display()))
                 })?;
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(plain.as_bytes().to_vec()))
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(plain))
             } else {
                 PrivateKeyDer::from_pem_slice(&bytes)
                     .map_err(|e| err(LOC, format!("{}: no usable private key: {e}", store.location.display())))?
