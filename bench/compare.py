@@ -61,6 +61,10 @@ ZK_CLASSPATH = ":".join(
     ]
 )
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+# Debian's zookeeper.jar manifest leaves out jars its Netty connection factory needs
+# (netty-codec holds SslHandler's base class): added for --tls.
+ZK_NETTY_JARS = [f"/usr/share/java/{j}.jar" for j in
+                 ("netty-codec", "netty-resolver", "netty-transport-native-unix-common")]
 
 # Targets from the issue: Warden/ZooKeeper ratios.
 THROUGHPUT_TARGET = 2.0  # ratio >= this
@@ -342,7 +346,45 @@ def server_cfg_lines(opts: argparse.Namespace, kind: str, data_dir, port: int) -
         *([f"clientPortListenBacklog={opts.listen_backlog}"] if opts.listen_backlog > 0 else []),
         "4lw.commands.whitelist=*",
         "admin.enableServer=false",
+        *(tls_cfg_lines(opts, kind) if opts.tls else []),
         *(opts.warden_cfg if kind == "warden" else []),
+    ]
+
+
+def make_tls_material(d: Path) -> dict:
+    """A CA, a server key store (PEM: key + certificate) and a client certificate and key,
+    made with openssl in `d` (X.509 v3, as rustls requires)."""
+    def ossl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=str(d))
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+         "-subj", "/CN=warden-bench CA")
+    (d / "server.ext").write_text(f"subjectAltName=DNS:localhost,IP:{HOST}\n")
+    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for who in ("server", "client"):
+        ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out", f"{who}.csr",
+             "-subj", f"/CN=warden-bench {who}")
+        ossl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{who}.ext", "-out", f"{who}.crt")
+    (d / "server.pem").write_text((d / "server.key").read_text() + (d / "server.crt").read_text())
+    return {"ca": str(d / "ca.pem"), "server": str(d / "server.pem"),
+            "client_cert": str(d / "client.crt"), "client_key": str(d / "client.key")}
+
+
+def tls_cfg_lines(opts: argparse.Namespace, kind: str) -> list[str]:
+    """--tls: the client port takes TLS and plaintext (port unification, so the four-letter
+    words and the znode loader stay plaintext); clients must present a certificate. Both
+    servers read the same keys; ZooKeeper needs its Netty connection factory for TLS, and the
+    x509 provider or it closes TLS clients."""
+    m = opts.tls_material
+    return [
+        "client.portUnification=true",
+        f"ssl.keyStore.location={m['server']}",
+        "ssl.keyStore.type=PEM",
+        f"ssl.trustStore.location={m['ca']}",
+        "ssl.trustStore.type=PEM",
+        "ssl.clientAuth=need",
+        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+        "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
     ]
 
 
@@ -357,7 +399,7 @@ def server_command(opts: argparse.Namespace, kind: str, cfg_path) -> list[str]:
         "-Dzookeeper.4lw.commands.whitelist=*",
         "-Dzookeeper.admin.enableServer=false",
         "-cp",
-        ZK_CLASSPATH,
+        ":".join([ZK_CLASSPATH, *(ZK_NETTY_JARS if opts.tls else [])]),
         ZK_MAIN,
         str(cfg_path),
     ]
@@ -616,7 +658,11 @@ def run_bench(opts, servers: int | str, args: list[str], timeout: float) -> dict
     """warden-bench --json against `servers`: a port on HOST or a host:port,... list."""
     if isinstance(servers, int):
         servers = f"{HOST}:{servers}"
-    cmd = [opts.bench_bin_run, "--servers", servers, "--json", *args]
+    tls = []
+    if opts.tls:
+        m = opts.tls_material
+        tls = ["--tls-ca", m["ca"], "--tls-cert", m["client_cert"], "--tls-key", m["client_key"]]
+    cmd = [opts.bench_bin_run, "--servers", servers, "--json", *tls, *args]
     proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -1619,6 +1665,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--latency-client", choices=["follower", "leader"], default="follower",
                     help="with --ensemble: which member the latency phase's single session talks to (ZooKeeper "
                          "clients usually reach a follower: the default)")
+    ap.add_argument("--tls", action="store_true",
+                    help="clients connect with TLS and a client certificate (both servers: port unification, "
+                         "PEM stores made with openssl; ZooKeeper on its Netty factory)")
     ap.add_argument("--ensemble-start-timeout", type=float, default=180.0,
                     help="seconds to wait for a fresh ensemble to elect a leader and serve on every member")
     opts = ap.parse_args(argv)
@@ -1688,6 +1737,9 @@ def main(argv=None) -> int:
         opts.bench_bin_run = str(bindir / "warden-bench")
         shutil.copy2(opts.warden_bin, opts.warden_bin_run)
         shutil.copy2(opts.bench_bin, opts.bench_bin_run)
+        if opts.tls:
+            opts.tls_material = make_tls_material(make_temp_dir("warden-bench-tls-"))
+            meta["tls"] = "client port with TLS (port unification), client certificates required"
         meta["warden_bin"] = f"{opts.warden_bin}, mtime {time.ctime(os.path.getmtime(opts.warden_bin))}"
         try:
             meta["warden_version"] = subprocess.run(

@@ -29,6 +29,44 @@ use jute::ServerIncoming;
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
+/// A connection's byte stream: plain TCP, or TLS when `--tls-ca` is given.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Set once at start from `--tls-*`: every connection is TLS with this connector.
+static TLS: std::sync::OnceLock<tokio_rustls::TlsConnector> = std::sync::OnceLock::new();
+
+/// The TLS client configuration: the CA to trust, and the client's certificate and key.
+fn tls_connector(ca: &str, cert: Option<&str>, key: Option<&str>) -> Result<tokio_rustls::TlsConnector, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::PrivateKeyDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).map_err(|e| format!("{ca}: {e}"))? {
+        roots.add(c.map_err(|e| format!("{ca}: {e}"))?).map_err(|e| format!("{ca}: {e}"))?;
+    }
+    // ring: the same provider as the server; rustls deprecates it only for lacking
+    // post-quantum key exchange.
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let config = match (cert, key) {
+        (Some(cert), Some(key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .map_err(|e| format!("{cert}: {e}"))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{cert}: {e}"))?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{key}: {e}"))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| e.to_string())?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Workload {
     Create,
@@ -81,9 +119,18 @@ struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Connect with TLS, trusting this CA (PEM).
+    #[arg(long)]
+    tls_ca: Option<String>,
+    /// The client certificate (PEM) to present over TLS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<String>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<String>,
 }
 
-type Conn = Framed<TcpStream, ClientCodec>;
+type Conn = Framed<Box<dyn Io>, ClientCodec>;
 
 #[derive(Debug, thiserror::Error)]
 enum BenchError {
@@ -98,6 +145,15 @@ enum BenchError {
 async fn connect(addr: &str, timeout: i32) -> Result<(Conn, i64), BenchError> {
     let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    let stream: Box<dyn Io> = match TLS.get() {
+        Some(tls) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let name = rustls_pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|e| BenchError::Protocol(format!("TLS server name {host}: {e}")))?;
+            Box::new(tls.connect(name, stream).await?)
+        }
+        None => Box::new(stream),
+    };
     let mut conn = Framed::new(stream, ClientCodec::new(64 << 20));
     let req = ConnectRequest {
         protocol_version: 0,
@@ -507,6 +563,17 @@ async fn watch(args: Arc<Args>, root: String) -> Result<serde_json::Value, Bench
 
 fn main() -> std::process::ExitCode {
     let args = Arc::new(Args::parse());
+    if let Some(ca) = &args.tls_ca {
+        match tls_connector(ca, args.tls_cert.as_deref(), args.tls_key.as_deref()) {
+            Ok(c) => {
+                let _ = TLS.set(c);
+            }
+            Err(e) => {
+                eprintln!("warden-bench: TLS: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
