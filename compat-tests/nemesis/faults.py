@@ -1,0 +1,250 @@
+"""Seeded random fault schedules for the nemesis suite, and their executor.
+
+Owns: which faults exist, how a schedule is drawn from a seed, and how it is applied to a
+running `netns.NetEnsemble` (each member in its own network namespace). Faults, one at a
+time, each lasting a random few seconds and followed by a quiet gap:
+
+  kill       kill -9 a member (a random one, or the leader), restart it when the fault ends
+  pause      SIGSTOP a member (random or the leader), SIGCONT when it ends
+  isolate    a member (random or the leader) hears nobody and nobody hears it
+  split      a minority (random, or one holding the leader) and the majority cannot talk
+  bridge     one member sees both halves of the others, the halves do not see each other
+  oneway     one member's packets (the leader's, or a random member's) are dropped on their
+             way to one other member or to all others; the reverse direction still works
+  (heal)     every partition ends when its fault ends; `heal_all()` at the end also resumes
+             every frozen member and restarts every dead one
+
+    plan = generate(seed, seconds=60, n=3, categories=("kill", "pause", "partition"))
+    nem = Nemesis(ens, net)
+    nem.run(plan, seconds=60)        # blocks; every action logged with its time
+    nem.heal_all()
+
+The plan is a pure function of (seed, seconds, n, categories): `describe_plan(plan)` prints
+it, so a failing run is replayed by its seed. "The leader" is resolved when the fault starts
+(`srvr` on every live member) and logged; with no single leader the pre-drawn random member
+is used instead. Members that exit on their own (not killed by the nemesis) are recorded in
+`crashes` with their log tail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from typing import Callable, Optional
+
+import ensemble
+
+CATEGORIES = {
+    "kill": ("kill",),
+    "pause": ("pause",),
+    "partition": ("isolate", "split", "bridge", "oneway"),
+}
+
+
+@dataclasses.dataclass
+class Fault:
+    index: int
+    kind: str  # kill | pause | isolate | split | bridge | oneway
+    target: str  # "random" | "leader"
+    perm: list  # a random permutation of the member indices, drawn with the plan
+    draw: float  # one more uniform [0, 1) draw: the minority's size, oneway's flavour
+    at: float  # planned start, seconds after the schedule began
+    duration: float
+    gap: float  # quiet seconds after it
+
+    def planned(self) -> str:
+        return (f"#{self.index} at {self.at:6.2f}s {self.kind}({self.target}) for {self.duration:.2f}s, "
+                f"then {self.gap:.2f}s quiet [perm {self.perm}, draw {self.draw:.3f}]")
+
+
+def generate(seed: int, seconds: float, n: int, categories=("kill", "pause", "partition"),
+             duration=(1.0, 6.0), gap=(0.5, 3.0), lead_in: float = 1.0) -> list[Fault]:
+    """The schedule for `seed`: faults back to back (each then a quiet gap) until `seconds`."""
+    for c in categories:
+        if c not in CATEGORIES:
+            raise ValueError(f"unknown fault category {c!r} (known: {', '.join(CATEGORIES)})")
+    rng = random.Random(f"nemesis-{seed}-{n}")
+    plan: list[Fault] = []
+    t = lead_in
+    while t < seconds:
+        cat = rng.choice(list(categories))
+        kind = rng.choice(CATEGORIES[cat])
+        target = rng.choice(("random", "leader"))
+        perm = list(range(n))
+        rng.shuffle(perm)
+        f = Fault(len(plan), kind, target, perm, rng.random(), round(t, 3),
+                  round(rng.uniform(*duration), 3), round(rng.uniform(*gap), 3))
+        plan.append(f)
+        t += f.duration + f.gap
+    return plan
+
+
+def describe_plan(plan: list[Fault]) -> str:
+    return "\n".join(f.planned() for f in plan)
+
+
+def summarise(plan_or_events) -> dict:
+    """{kind: count} of the faults actually started (from Nemesis.events) or planned."""
+    out: dict = {}
+    for e in plan_or_events:
+        if isinstance(e, Fault):
+            out[e.kind] = out.get(e.kind, 0) + 1
+        elif e.get("action") == "start":
+            out[e["kind"]] = out.get(e["kind"], 0) + 1
+    return out
+
+
+class Nemesis:
+    """Applies a plan to `ens` (a netns.NetEnsemble) on `net` (its netns.Net)."""
+
+    def __init__(self, ens, net, t0: Optional[float] = None, log: Callable[[str], None] = print):
+        self.ens, self.net = ens, net
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.log = log
+        self.events: list[dict] = []  # {t, index, kind, action: start|end|heal, members, what}
+        self.crashes: list[dict] = []  # members that exited on their own
+        self._paused: set = set()
+        self._killed: set = set()
+        self._crash_seen: set = set()
+
+    # -- helpers -------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _event(self, fault: Optional[Fault], action: str, what: str, members=(), kind: Optional[str] = None) -> None:
+        e = {"t": round(self.now(), 3), "mono": time.monotonic(), "index": None if fault is None else fault.index,
+             "kind": kind or (fault.kind if fault else "heal"), "target": fault.target if fault else None,
+             "action": action, "members": [m + 1 for m in members], "what": what}
+        self.events.append(e)
+        idx = "" if fault is None else f" #{fault.index}"
+        self.log(f"[{e['t']:7.2f}s] fault{idx} {action} {e['kind']}: {what}")
+
+    def leader(self) -> Optional[int]:
+        """The single member that says `Mode: leader` now (frozen/dead members not asked)."""
+        leaders = []
+        for i, m in enumerate(self.ens.members):
+            if i in self._paused or not m.running:
+                continue
+            if ensemble.srvr_mode(m.hostport, timeout=1.0) == "leader":
+                leaders.append(i)
+        return leaders[0] if len(leaders) == 1 else None
+
+    def check_crashes(self) -> None:
+        for i, m in enumerate(self.ens.members):
+            if i in self._killed or i in self._crash_seen or m.proc is None:
+                continue
+            if m.proc.poll() is not None:
+                self._crash_seen.add(i)
+                self.crashes.append({"t": round(self.now(), 3), "member": i + 1, "code": m.proc.returncode,
+                                     "log": m.describe_log(60)})
+                self.log(f"[{self.now():7.2f}s] member {i + 1} EXITED BY ITSELF with code {m.proc.returncode}")
+
+    def _sleep_until(self, t_end: float, deadline: float) -> None:
+        """Sleep until schedule time t_end (not past the absolute deadline), checking for crashes."""
+        while True:
+            left = min(t_end - self.now(), deadline - time.monotonic())
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.5))
+            self.check_crashes()
+
+    # -- faults --------------------------------------------------------------------------
+    def _pick(self, f: Fault, leader: Optional[int]) -> tuple[list, str]:
+        """f.perm with the leader moved to the front when the fault targets it."""
+        perm = list(f.perm)
+        if f.target == "leader" and leader is not None:
+            perm.remove(leader)
+            perm.insert(0, leader)
+            return perm, f"member {leader + 1} (the leader)"
+        note = " (no single leader: random)" if f.target == "leader" else ""
+        return perm, f"member {perm[0] + 1}{note}"
+
+    def start(self, f: Fault) -> Callable[[], None]:
+        """Starts fault f; returns what ends it."""
+        n = self.ens.n
+        leader = self.leader()
+        perm, who = self._pick(f, leader)
+        i = perm[0]
+        if f.kind == "kill":
+            self._killed.add(i)
+            self.ens.kill(i)
+            self._event(f, "start", f"kill -9 {who} for {f.duration:.2f}s", [i])
+
+            def end():
+                self.ens.start(i, wait=False)
+                self._killed.discard(i)
+                self._event(f, "end", f"restarted member {i + 1}", [i])
+            return end
+        if f.kind == "pause":
+            self.ens.sigstop(i)
+            self._paused.add(i)
+            self._event(f, "start", f"SIGSTOP {who} for {f.duration:.2f}s", [i])
+
+            def end():
+                self.ens.sigcont(i)
+                self._paused.discard(i)
+                self._event(f, "end", f"SIGCONT member {i + 1}", [i])
+            return end
+        if f.kind == "isolate":
+            self.net.isolate(i)
+            self._event(f, "start", f"isolate {who} for {f.duration:.2f}s", [i])
+        elif f.kind == "split":
+            k = 1 + int(f.draw * ((n - 1) // 2))
+            minority, majority = perm[:k], perm[k:]
+            self.net.split(minority, majority)
+            self._event(f, "start", f"split minority {_m(minority)} | majority {_m(majority)} "
+                                    f"(leader was {_m([leader]) if leader is not None else 'unknown'}) "
+                                    f"for {f.duration:.2f}s", minority)
+        elif f.kind == "bridge":
+            rest = perm[1:]
+            a, c = rest[:len(rest) // 2], rest[len(rest) // 2:]
+            self.net.split(a, c)
+            self._event(f, "start", f"bridge {who} between {_m(a)} and {_m(c)} (which cannot talk) "
+                                    f"for {f.duration:.2f}s", [i])
+        elif f.kind == "oneway":
+            dsts = [perm[1]] if f.draw < 0.5 else perm[1:]
+            for d in dsts:
+                self.net.cut(i, d)
+            self._event(f, "start", f"one-way: drop what {who} sends to {_m(dsts)} for {f.duration:.2f}s",
+                        [i])
+        else:
+            raise ValueError(f.kind)
+
+        def heal():
+            self.net.heal()
+            self._event(f, "end", "healed the network")
+        return heal
+
+    def run(self, plan: list[Fault], seconds: float) -> None:
+        """Plays the plan until `seconds` after t0 (a fault still on then is ended early)."""
+        deadline = self.t0 + seconds
+        for f in plan:
+            if time.monotonic() >= deadline:
+                break
+            self._sleep_until(f.at, deadline)
+            if time.monotonic() >= deadline:
+                break
+            end = self.start(f)
+            try:
+                self._sleep_until(f.at + f.duration, deadline)
+            finally:
+                end()
+            self.check_crashes()
+        self._sleep_until(seconds, deadline)
+
+    def heal_all(self) -> None:
+        """Heals the network, resumes every frozen member, restarts every dead one."""
+        self.net.heal()
+        for i in sorted(self._paused):
+            self.ens.sigcont(i)
+        self._paused.clear()
+        for i, m in enumerate(self.ens.members):
+            if not m.running:
+                self.ens.start(i, wait=False)
+        self._killed.clear()
+        self._event(None, "heal", "healed the network, resumed and restarted every member", kind="heal")
+
+
+def _m(members) -> str:
+    return "{" + ",".join(str(m + 1) for m in members) + "}"
