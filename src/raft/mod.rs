@@ -448,6 +448,9 @@ impl Raft {
             Q::Vote(rpc) => A::Vote(self.inner.vote(rpc).await),
             Q::PreVote(rpc) => A::PreVote(self.inner.pre_vote(rpc).await),
             Q::SnapshotChunk { .. } => A::SnapshotChunk(Err("a snapshot chunk outside a transfer".into())),
+            Q::TransferLeader(rpc) => {
+                A::TransferLeader(self.inner.handle_transfer_leader(rpc).await.map_err(|e| e.to_string()))
+            }
         }
     }
 
@@ -481,6 +484,37 @@ impl Raft {
         tasks.push(tokio::spawn(serving::watch(self.clone(), serving, stop.clone())));
         tasks.push(tokio::spawn(snapshot::by_txns(self.clone(), shared, stop)));
         tasks
+    }
+
+    /// A leader about to stop hands leadership to the voter whose log matches its own
+    /// (openraft's transfer-leader), once one does, waiting at most `limit` in all; whether
+    /// another member leads now. Proposals stop from the moment the transfer starts.
+    pub async fn hand_over(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        let me = self.id();
+        let target = loop {
+            let m = self.inner.metrics().borrow_watched().clone();
+            if m.current_leader != Some(me) {
+                return m.current_leader.is_some();
+            }
+            let last = m.last_log_index;
+            let voters: Vec<u64> = m.membership_config.membership().voter_ids().filter(|v| *v != me).collect();
+            // The most caught-up voter, once one has all of this leader's log.
+            let best = m.replication.as_ref().and_then(|r| {
+                voters.iter().filter_map(|v| r.get(v).map(|matched| (matched.as_ref().map(|l| l.index), *v))).max()
+            });
+            match best {
+                Some((matched, v)) if matched >= last => break v,
+                _ if tokio::time::Instant::now() >= deadline => return false,
+                _ => tokio::time::sleep(Duration::from_millis(2)).await,
+            }
+        };
+        tracing::info!(to = target, "handing leadership over");
+        if self.inner.trigger().transfer_leader(target).await.is_err() {
+            return false;
+        }
+        let mut leader = self.leader_watch();
+        tokio::time::timeout_at(deadline, leader.other_than(me)).await.is_ok()
     }
 
     /// Stops Raft, waiting at most `limit`; whether it stopped in time.

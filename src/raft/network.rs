@@ -31,6 +31,8 @@ use openraft::network::RaftNetworkV2;
 use openraft::raft::AppendEntriesRequest;
 use openraft::raft::AppendEntriesResponse;
 use openraft::raft::SnapshotResponse;
+use openraft::raft::TransferLeaderRequest;
+use openraft::raft::TransferLeaderResponse;
 use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
 use openraft::BasicNode;
@@ -57,6 +59,9 @@ pub enum RaftRequest {
         data: serde_bytes::ByteBuf,
         done: bool,
     },
+    /// The leader hands leadership to a member (openraft's transfer-leader: sent to every
+    /// voter; the named one campaigns at once, the others stop honouring the old lease).
+    TransferLeader(TransferLeaderRequest<TypeConfig>),
 }
 
 impl RaftRequest {
@@ -84,6 +89,7 @@ pub enum RaftResponse {
     PreVote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
     /// `None` after a chunk, the installing server's answer after the last one.
     SnapshotChunk(Result<Option<SnapshotResponse<TypeConfig>>, String>),
+    TransferLeader(Result<TransferLeaderResponse<TypeConfig>, String>),
 }
 
 /// Why a transport call failed.
@@ -409,6 +415,18 @@ impl<T: Transport> RaftNetworkV2<TypeConfig> for PeerNetwork<T> {
                 Ok(VoteResponse::new(Vote::new(0, 0), None, false))
             }
             answer => answer,
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let answer = self.call(RaftRequest::TransferLeader(req), timeout(&option)).await;
+        match answer.map_err(transport)? {
+            RaftResponse::TransferLeader(r) => r.map_err(remote),
+            _ => Err(wrong()),
         }
     }
 
