@@ -46,6 +46,18 @@ def test_dynamic_config_file_starts_one_ensemble():
         assert sorted(ens.modes()) == ["follower", "follower", "leader"]
         a = KazooClient(hosts=ens.hostports[0])
         a.start(timeout=15)
+        # /zookeeper/config holds the members as ZooKeeper writes them, and the file's
+        # version, on every member (zkCli's `config`).
+        lines = open(os.path.join(str(ens.members[0].base_dir), "zoo.cfg.dynamic.100000000")).read().split()
+        want = "\n".join(sorted(lines)) + "\nversion=100000000"
+        for hp in ens.hostports:
+            c = KazooClient(hosts=hp)
+            c.start(timeout=15)
+            data, st = c.get("/zookeeper/config")
+            assert data.decode() == want, (hp, data)
+            assert (st.version, st.mzxid) == (-1, 0x100000000), (hp, st)
+            c.stop()
+            c.close()
         a.create("/dyn", b"one")
         for hp in ens.hostports[1:]:
             b = KazooClient(hosts=hp)

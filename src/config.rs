@@ -238,6 +238,10 @@ pub struct Config {
     /// round (shared by the reads that wait for it), as if the client sent `sync` first.
     /// Default `zookeeper`: ZooKeeper's own promise (a member's reads may lag the leader).
     pub linearizable_reads: bool,
+    /// The version of the ensemble's configuration: the hex suffix of the
+    /// `dynamicConfigFile` name (`zoo.cfg.dynamic.100000000`), 0 for `server.N` lines in
+    /// zoo.cfg (as ZooKeeper numbers them).
+    pub config_version: i64,
 }
 
 impl Config {
@@ -300,6 +304,7 @@ impl Default for Config {
             fsync_warning_threshold_ms: DEFAULT_FSYNC_WARNING_MS,
             force_sync: true,
             linearizable_reads: false,
+            config_version: 0,
         }
     }
 }
@@ -687,6 +692,9 @@ impl Config {
         }
         if let Some(file) = dynamic_file {
             c.servers = read_dynamic_config(Path::new(&file))?;
+            // ZooKeeper takes the version from the file's name (`.dynamic.<hex>`), 0 without.
+            c.config_version =
+                file.rsplit_once(".dynamic.").and_then(|(_, v)| i64::from_str_radix(v, 16).ok()).unwrap_or(0);
         }
         if !data_log_set {
             c.data_log_dir = c.data_dir.clone();
@@ -735,6 +743,27 @@ impl Config {
             ));
         }
         Ok(c)
+    }
+
+    /// `/zookeeper/config` as ZooKeeper writes it (`QuorumVerifier.toString`): a
+    /// `server.N=host:peerPort:electionPort:participant|observer[;clientHost:clientPort]`
+    /// line per member, then `version=<hex>`. Empty for a standalone server, as in ZooKeeper.
+    pub fn config_node_text(&self) -> String {
+        if self.servers.is_empty() {
+            return String::new();
+        }
+        let mut out = String::new();
+        for s in self.servers.values() {
+            let role = if s.observer { "observer" } else { "participant" };
+            out.push_str(&format!("server.{}={}:{}:{}:{role}", s.id, s.host, s.peer_port, s.election_port));
+            if let Some((host, port)) = &s.client {
+                let host = if host.is_empty() { "0.0.0.0" } else { host.as_str() };
+                out.push_str(&format!(";{host}:{port}"));
+            }
+            out.push('\n');
+        }
+        out.push_str(&format!("version={:x}", self.config_version));
+        out
     }
 
     /// The negotiated session timeout for a requested one.
@@ -822,6 +851,30 @@ mod tests {
         ] {
             assert!(Config::from_properties(&props(&[(k, v)])).is_ok(), "{k}");
         }
+    }
+
+    /// `/zookeeper/config` as ZooKeeper 3.8 writes it for the same lines (checked against a
+    /// real ensemble: compat-tests/test_dynamic_config.py).
+    #[test]
+    fn config_node_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("myid"), "1").unwrap();
+        let data_dir = dir.path().to_str().unwrap();
+        let c = Config::from_properties(&props(&[
+            ("dataDir", data_dir),
+            ("server.1", "127.0.0.1:2888:3888"),
+            ("server.2", "10.0.0.2:2888:3888:observer;2181"),
+            ("server.3", "10.0.0.3:2888:3888:participant;10.0.0.3:2182"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.config_node_text(),
+            "server.1=127.0.0.1:2888:3888:participant\n\
+             server.2=10.0.0.2:2888:3888:observer;0.0.0.0:2181\n\
+             server.3=10.0.0.3:2888:3888:participant;10.0.0.3:2182\n\
+             version=0"
+        );
+        assert_eq!(Config::default().config_node_text(), "", "standalone: empty, as in ZooKeeper");
     }
 
     /// ZooKeeper's TLS keys, with or without the `zookeeper.` prefix; passwords never print.

@@ -384,8 +384,9 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     let watches = Arc::new(WatchManager::default());
     let sessions = Arc::new(SessionTracker::new(config.server_id));
     let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
-    let sm =
-        StateMachine::open(&layout.snap_dir, shared.clone(), effects, waiters).map_err(ServerError::StateMachine)?;
+    let sm = StateMachine::open(&layout.snap_dir, shared.clone(), effects, waiters)
+        .map_err(ServerError::StateMachine)?
+        .with_config_node(bytes::Bytes::from(config.config_node_text()), config.config_version);
     let raft = Raft::start(options, log, sm, Arc::new(peers.clone())).await.map_err(ServerError::Raft)?;
     proposer.start(raft.clone(), peers.clone(), shared.clone());
 

@@ -116,6 +116,8 @@ pub struct StateMachine {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     dir: PathBuf,
+    /// See [`StateMachine::with_config_node`].
+    config_node: Option<(bytes::Bytes, i64)>,
 }
 
 impl StateMachine {
@@ -135,6 +137,7 @@ impl StateMachine {
             last_applied: None,
             membership: StoredMembership::default(),
             dir: dir.to_owned(),
+            config_node: None,
         };
         // Partial transfers from a leader, and snapshots being built, that a crash interrupted.
         remove_where(dir, |name| {
@@ -259,6 +262,16 @@ impl StateMachine {
         out
     }
 
+    /// What `/zookeeper/config` holds on this member (ZooKeeper's text of the ensemble's
+    /// configuration, and its version): written into the tree now and into every snapshot
+    /// installed from the leader, never through the log (ZooKeeper's
+    /// `initConfigInZKDatabase`).
+    pub fn with_config_node(mut self, text: bytes::Bytes, version: i64) -> StateMachine {
+        self.shared.write().set_config_node(&text, version);
+        self.config_node = Some((text, version));
+        self
+    }
+
     /// The directory snapshots live in.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -273,6 +286,9 @@ impl StateMachine {
         snapshot.flush().await.map_err(snap_err)?;
         let mut received = snapshot.into_std().await;
         let mut file = decode_snapshot(&mut received).map_err(sm_err)?;
+        if let Some((text, version)) = &self.config_node {
+            file.tree.set_config_node(text, *version);
+        }
         file.tree.compute_digest(); // before the write lock: O(n)
         let bytes = match receiving_path(&self.dir, &received).map_err(snap_err)? {
             // The file this server received into: made durable where it lies and renamed

@@ -372,6 +372,43 @@ impl DataTree {
         t
     }
 
+    /// Writes the ensemble's configuration into `/zookeeper/config` as ZooKeeper does at start
+    /// (`ZKDatabase.initConfigInZKDatabase`): not through the log, on every member alike; the
+    /// node keeps version -1 and gets `version_zxid` (the configuration's version) as its
+    /// mzxid. Its mtime stays 0 (ZooKeeper writes the wall clock there) so that every member's
+    /// tree digest stays the same. Whether it changed anything.
+    pub fn set_config_node(&mut self, data: &[u8], version_zxid: i64) -> bool {
+        const CONFIG: &str = "/zookeeper/config";
+        let unchanged = self
+            .nodes
+            .get(CONFIG)
+            .is_some_and(|n| n.data().unwrap_or_default() == data && n.stat.mzxid == version_zxid);
+        if unchanged {
+            return false;
+        }
+        let changed = self.nodes.set_data_checked(
+            CONFIG,
+            Some(data),
+            |node| {
+                let old_len = node.data().map_or(0, <[u8]>::len) as i64;
+                Ok::<_, ()>((old_len, digest::node(CONFIG, node.acl, &node.stat, node.data())))
+            },
+            |(old_len, old_digest), node| {
+                node.stat.mzxid = version_zxid;
+                node.stat.mtime = 0;
+                (old_len, old_digest, digest::node(CONFIG, &node.acl, &node.stat, Some(data)))
+            },
+        );
+        match changed {
+            Some(Ok((old_len, old_digest, new_digest))) => {
+                self.digest_swap(old_digest, new_digest);
+                self.data_size += data.len() as i64 - old_len;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The zxid of the last applied txn.
     pub fn last_zxid(&self) -> i64 {
         self.last_zxid
