@@ -101,20 +101,8 @@ impl Requests {
             Prepped::Read if d.needs_read_index(&request) => {
                 // readMode=linearizable: as if the client had sent sync first (shared rounds).
                 self.watching |= Dispatcher::may_watch(&request);
-                let target = self.submitted;
-                let mut rx = self.written().subscribe();
-                let (d, caller) = (self.d.clone(), self.caller.clone());
-                let ticket = self.waiting_reads.register(order::read_scope(&request));
-                let job = async move {
-                    let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
-                    let reply = match d.sync_batched().await {
-                        Ok(()) => d.read_after(&caller, &request, fence).await,
-                        Err(e) => Reply::error(d.last_zxid(), crate::dispatch::reply::propose_error_code(&e)),
-                    };
-                    ticket.ran();
-                    Done { xid, reply, close: false, op, short, started }
-                };
-                (job.boxed(), false)
+                let scope = order::read_scope(&request);
+                (self.after_sync(xid, request, scope, (op, short), started), false)
             }
             Prepped::Read => {
                 self.watching |= Dispatcher::may_watch(&request);
@@ -139,22 +127,7 @@ impl Requests {
                 };
                 (job.boxed(), false)
             }
-            Prepped::Sync => {
-                let target = self.submitted;
-                let mut rx = self.written().subscribe();
-                let (d, caller) = (self.d.clone(), self.caller.clone());
-                let ticket = self.waiting_reads.register(order::Scope::All);
-                let job = async move {
-                    let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
-                    let reply = match d.sync_batched().await {
-                        Ok(()) => d.read_after(&caller, &request, fence).await,
-                        Err(e) => Reply::error(d.last_zxid(), crate::dispatch::reply::propose_error_code(&e)),
-                    };
-                    ticket.ran();
-                    Done { xid, reply, close: false, op, short, started }
-                };
-                (job.boxed(), false)
-            }
+            Prepped::Sync => (self.after_sync(xid, request, order::Scope::All, (op, short), started), false),
             Prepped::Write(write) => {
                 self.submitted += 1;
                 let close = write.closes_session();
@@ -180,6 +153,33 @@ impl Requests {
                 (job.boxed(), close)
             }
         }
+    }
+
+    /// A job that waits for the session's earlier writes, then a shared `sync` round, then
+    /// answers `request` from the local tree (`sync` itself, or a read under
+    /// readMode=linearizable); later writes in `scope` wait for it (see `order`).
+    fn after_sync(
+        &mut self,
+        xid: i32,
+        request: Request,
+        scope: order::Scope,
+        (op, short): (&'static str, &'static str),
+        started: Instant,
+    ) -> Job {
+        let target = self.submitted;
+        let mut rx = self.written().subscribe();
+        let (d, caller) = (self.d.clone(), self.caller.clone());
+        let ticket = self.waiting_reads.register(scope);
+        let job = async move {
+            let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
+            let reply = match d.sync_batched().await {
+                Ok(()) => d.read_after(&caller, &request, fence).await,
+                Err(e) => Reply::error(d.last_zxid(), crate::dispatch::reply::propose_error_code(&e)),
+            };
+            ticket.ran();
+            Done { xid, reply, close: false, op, short, started }
+        };
+        job.boxed()
     }
 
     /// The job answering a frame that could not be decoded, and whether the connection reads
