@@ -84,11 +84,6 @@ pub fn dir_size(path: &std::path::Path) -> u64 {
         .sum()
 }
 
-/// ZooKeeper counts the root twice in `Node count` (it is stored under "" and "/").
-fn node_count(d: &View) -> usize {
-    d.tree.read().node_count() + 1
-}
-
 fn server_stats(d: &View, with_clients: bool) -> String {
     let mut s = format!("Zookeeper version: {}\n", full_version());
     if with_clients {
@@ -107,6 +102,13 @@ fn server_stats(d: &View, with_clients: bool) -> String {
         s.push('\n');
     }
     let (min, avg, max) = d.stats.latency.get();
+    // One read of the tree, taken and released here: a guard living in `write!`'s arguments
+    // while `node_count` took a second one deadlocked behind a queued apply.
+    let (zxid, nodes) = {
+        let tree = d.tree.read();
+        // ZooKeeper counts the root twice in `Node count` (stored under "" and "/").
+        (tree.last_zxid(), tree.node_count() + 1)
+    };
     let _ = write!(
         s,
         "Latency min/avg/max: {min}/{}/{max}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {}\nNode count: {}\n",
@@ -115,9 +117,9 @@ fn server_stats(d: &View, with_clients: bool) -> String {
         d.stats.sent.load(Ordering::Relaxed),
         d.stats.connection_count(),
         d.stats.outstanding(),
-        d.tree.read().last_zxid(),
+        zxid,
         mode(d),
-        node_count(d),
+        nodes,
     );
     s
 }

@@ -67,6 +67,50 @@ pub struct SharedTree {
     pub snapshot_zxid: std::sync::atomic::AtomicI64,
 }
 
+/// A lock on the shared tree, read or write; dereferences to the tree.
+pub struct TreeGuard<G> {
+    guard: G,
+    _held: Held,
+}
+
+impl<G: std::ops::Deref<Target = DataTree>> std::ops::Deref for TreeGuard<G> {
+    type Target = DataTree;
+    fn deref(&self) -> &DataTree {
+        &self.guard
+    }
+}
+
+impl<G: std::ops::DerefMut<Target = DataTree>> std::ops::DerefMut for TreeGuard<G> {
+    fn deref_mut(&mut self) -> &mut DataTree {
+        &mut self.guard
+    }
+}
+
+/// Marks that this thread holds the tree lock (debug builds; free in release ones).
+struct Held;
+
+#[cfg(debug_assertions)]
+thread_local! {
+    static HOLDS_TREE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl Held {
+    fn take() -> Held {
+        #[cfg(debug_assertions)]
+        HOLDS_TREE.with(|h| {
+            assert!(!h.replace(true), "the tree lock taken by a thread that holds it: this deadlocks behind a writer")
+        });
+        Held
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for Held {
+    fn drop(&mut self) {
+        HOLDS_TREE.with(|h| h.set(false));
+    }
+}
+
 impl Default for SharedTree {
     fn default() -> Self {
         SharedTree::new()
@@ -85,12 +129,18 @@ impl SharedTree {
 
     /// Reads the tree. A poisoned lock means an apply panicked: the process state is suspect,
     /// and continuing with the data is still better than refusing every read.
-    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, DataTree> {
-        self.tree.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    ///
+    /// One guard per thread at a time: std's `RwLock` queues a second read behind a waiting
+    /// writer, so a nested read deadlocks as soon as an apply arrives between the two (debug
+    /// builds panic on the nested lock instead).
+    pub fn read(&self) -> TreeGuard<std::sync::RwLockReadGuard<'_, DataTree>> {
+        let held = Held::take();
+        TreeGuard { guard: self.tree.read().unwrap_or_else(std::sync::PoisonError::into_inner), _held: held }
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, DataTree> {
-        self.tree.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn write(&self) -> TreeGuard<std::sync::RwLockWriteGuard<'_, DataTree>> {
+        let held = Held::take();
+        TreeGuard { guard: self.tree.write().unwrap_or_else(std::sync::PoisonError::into_inner), _held: held }
     }
 
     /// Waits until `zxid` is applied here, at most `patience`; whether it was.
@@ -345,6 +395,22 @@ mod tests {
     use crate::tree::txn::CreateOp;
     use crate::tree::txn::Txn;
     use openraft::RaftSnapshotBuilder;
+
+    /// A thread that reads the tree while it holds a read guard deadlocks once a writer
+    /// queues between the two (the `srvr` hang seen in a nemesis run): debug builds refuse
+    /// the nested lock at once, and a released guard lets the next one through.
+    #[test]
+    #[cfg(debug_assertions)]
+    fn nested_tree_lock_is_refused() {
+        let shared = SharedTree::new();
+        drop(shared.read());
+        let outer = shared.read();
+        let nested = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.read().last_zxid()));
+        assert!(nested.is_err(), "a nested read must panic in debug builds");
+        drop(outer);
+        assert_eq!(shared.read().last_zxid(), 0);
+        let _w = shared.write();
+    }
 
     fn create(tree: &mut DataTree, path: &str, data: Vec<u8>) {
         let op = TxnOp::Create(CreateOp {
