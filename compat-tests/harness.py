@@ -42,6 +42,10 @@ ZK_CLASSPATH = ":".join(
         # javax.servlet for the Jetty AdminServer (only loaded when a test sets
         # admin.enableServer=true); zookeeper.jar's manifest lacks it.
         "/usr/share/java/servlet-api.jar",
+        # netty's codec classes (SslHandler's superclass), which the quorum's TLS socket
+        # loads when a member connects; the manifest lacks them too, and without them
+        # ZooKeeper's election listener dies silently and an sslQuorum ensemble never forms.
+        "/usr/share/java/netty-codec.jar",
     ]
 )
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
