@@ -162,12 +162,66 @@ pub struct TlsConfig {
     /// `zookeeper.X509AuthenticationProvider.superUser`: a client whose certificate subject
     /// is this DN is also `super`.
     pub x509_super_user: Option<String>,
+    /// These are the quorum's settings (`ssl.quorum.*`): only the keys errors name differ.
+    pub quorum: bool,
 }
 
 impl TlsConfig {
     /// Whether any client connection can be TLS.
     pub fn enabled(&self) -> bool {
         self.secure_client_port.is_some() || self.port_unification
+    }
+
+    /// The zoo.cfg key of one of these settings (`keyStore.location` -> `ssl.keyStore.location`,
+    /// or `ssl.quorum.keyStore.location` for the quorum's).
+    pub fn key(&self, suffix: &str) -> String {
+        let prefix = if self.quorum { "ssl.quorum." } else { "ssl." };
+        format!("{prefix}{suffix}")
+    }
+}
+
+/// TLS between members, as ZooKeeper's `sslQuorum`, `portUnification` and `ssl.quorum.*` keys
+/// set it: the peer port then takes only connections whose certificate the quorum trust store
+/// vouches for, and members connect to each other with their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumTlsConfig {
+    /// `sslQuorum`: this member connects to the others over TLS and, without
+    /// [`QuorumTlsConfig::port_unification`], accepts only TLS.
+    pub ssl_quorum: bool,
+    /// `portUnification`: the peer port takes TLS and plaintext connections alike, the middle
+    /// step of a rolling change between the two.
+    pub port_unification: bool,
+    /// The `ssl.quorum.*` stores and settings (client authentication `need` by default).
+    pub tls: TlsConfig,
+    /// `ssl.quorum.hostnameVerification` (default true): a member's certificate must name the
+    /// host it is reached at.
+    pub hostname_verification: bool,
+    /// `ssl.quorum.clientHostnameVerification` (default: as `hostnameVerification`): a
+    /// connecting member's certificate must name the address it connects from.
+    pub client_hostname_verification: Option<bool>,
+}
+
+impl Default for QuorumTlsConfig {
+    fn default() -> Self {
+        QuorumTlsConfig {
+            ssl_quorum: false,
+            port_unification: false,
+            tls: TlsConfig { quorum: true, ..TlsConfig::default() },
+            hostname_verification: true,
+            client_hostname_verification: None,
+        }
+    }
+}
+
+impl QuorumTlsConfig {
+    /// Whether any peer connection can be TLS.
+    pub fn enabled(&self) -> bool {
+        self.ssl_quorum || self.port_unification
+    }
+
+    /// Whether the peer port checks a connecting member's certificate against its address.
+    pub fn verify_client_hostname(&self) -> bool {
+        self.client_hostname_verification.unwrap_or(self.hostname_verification)
     }
 }
 
@@ -184,6 +238,8 @@ pub struct Config {
     pub plaintext_client_port: bool,
     /// TLS on the client port (`secureClientPort`, `client.portUnification`, `ssl.*`).
     pub tls: TlsConfig,
+    /// TLS between members (`sslQuorum`, `portUnification`, `ssl.quorum.*`).
+    pub quorum_tls: QuorumTlsConfig,
     /// Max concurrent connections per client IP; 0 = unlimited.
     pub max_client_cnxns: usize,
     /// `clientPortListenBacklog` as written (-1 when unset, as ZooKeeper reports it); see
@@ -274,6 +330,7 @@ impl Default for Config {
             client_port_address: IpAddr::from([127, 0, 0, 1]),
             plaintext_client_port: true,
             tls: TlsConfig::default(),
+            quorum_tls: QuorumTlsConfig::default(),
             max_client_cnxns: 60,
             client_port_listen_backlog: -1,
             min_session_timeout_ms: 2 * tick as i32,
@@ -359,9 +416,6 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
         )
     };
     match key {
-        k if k.starts_with("ssl.quorum.") => None, // read only with sslQuorum, refused below
-        "portUnification" if on() => Some("TLS port unification between members (portUnification)"),
-        "sslQuorum" if on() => Some("TLS between members (sslQuorum)"),
         "quorum.auth.enableSasl" | "quorum.auth.learnerRequireSasl" | "quorum.auth.serverRequireSasl" if on() => {
             Some("SASL between members")
         }
@@ -617,6 +671,29 @@ impl Config {
                 k if k.starts_with("ssl.") && !k.starts_with("ssl.quorum.") => {
                     tls_key(&mut c.tls, raw_key, k, value)?;
                 }
+                "sslQuorum" => c.quorum_tls.ssl_quorum = parse_bool(raw_key, value)?,
+                "portUnification" => c.quorum_tls.port_unification = parse_bool(raw_key, value)?,
+                "sslQuorumReloadCertFiles" => {
+                    if parse_bool(raw_key, value)? {
+                        return Err(bad(
+                            raw_key,
+                            value,
+                            "reloading the quorum's certificates is not supported by this build; \
+                             restart the members one at a time instead",
+                        ));
+                    }
+                }
+                "ssl.quorum.hostnameVerification" => c.quorum_tls.hostname_verification = parse_bool(raw_key, value)?,
+                "ssl.quorum.clientHostnameVerification" => {
+                    c.quorum_tls.client_hostname_verification = Some(parse_bool(raw_key, value)?)
+                }
+                k if k.starts_with("ssl.quorum.") => {
+                    // The same settings as the client port's, under their own prefix.
+                    let as_client = format!("ssl.{}", &k["ssl.quorum.".len()..]);
+                    if as_client == "ssl.authProvider" || !tls_key(&mut c.quorum_tls.tls, raw_key, &as_client, value)? {
+                        return Err(bad(raw_key, value, "unknown TLS key; refusing to start rather than ignore it"));
+                    }
+                }
                 // ZooKeeper 3.5+: the members live in their own file
                 // (`QuorumPeerConfig.parse`), and then only there.
                 "dynamicConfigFile" => dynamic_file = Some(value.clone()),
@@ -689,6 +766,23 @@ impl Config {
             }
         } else if c.tls.key_store.is_some() || c.tls.trust_store.is_some() {
             tracing::warn!("ssl.* keys are set but neither secureClientPort nor client.portUnification: no client connection is TLS");
+        }
+        let q = &c.quorum_tls;
+        if q.enabled() {
+            // Both stores, always: a member proves who it is and checks who it talks to.
+            for (store, what) in [(&q.tls.key_store, "keyStore"), (&q.tls.trust_store, "trustStore")] {
+                if store.as_ref().is_none_or(|s| s.location.as_os_str().is_empty()) {
+                    return Err(bad(
+                        &format!("ssl.quorum.{what}.location"),
+                        "",
+                        "TLS between members is on (sslQuorum or portUnification) and this store is not set",
+                    ));
+                }
+            }
+        } else if q.tls.key_store.is_some() || q.tls.trust_store.is_some() {
+            tracing::warn!(
+                "ssl.quorum.* keys are set but neither sslQuorum nor portUnification: members talk in the clear"
+            );
         }
         if let Some(file) = dynamic_file {
             c.servers = read_dynamic_config(Path::new(&file))?;
@@ -822,7 +916,9 @@ mod tests {
     #[test]
     fn security_keys_are_refused_not_ignored() {
         for (k, v) in [
-            ("sslQuorum", "true"),
+            ("sslQuorumReloadCertFiles", "true"),
+            ("ssl.quorum.foo", "bar"),
+            ("ssl.quorum.clientAuth", "maybe"),
             ("quorum.auth.enableSasl", "true"),
             ("authProvider.1", "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"),
             ("enforce.auth.enabled", "true"),
@@ -841,6 +937,24 @@ mod tests {
             let e = Config::from_properties(&props(&[(k, v)])).unwrap_err().to_string();
             assert!(e.contains("ssl.keyStore.location"), "{k}: {e}");
         }
+        for (k, v) in [("sslQuorum", "true"), ("portUnification", "true")] {
+            let e = Config::from_properties(&props(&[(k, v)])).unwrap_err().to_string();
+            assert!(e.contains("ssl.quorum.keyStore.location"), "{k}: {e}");
+            let e = Config::from_properties(&props(&[(k, v), ("ssl.quorum.keyStore.location", "/k.pem")]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("ssl.quorum.trustStore.location"), "{k}: {e}");
+        }
+        let both = [
+            ("sslQuorum", "true"),
+            ("ssl.quorum.keyStore.location", "/k.pem"),
+            ("zookeeper.ssl.quorum.trustStore.location", "/t.pem"),
+            ("ssl.quorum.hostnameVerification", "false"),
+        ];
+        let q = Config::from_properties(&props(&both)).unwrap().quorum_tls;
+        assert!(q.ssl_quorum && !q.port_unification && !q.hostname_verification && !q.verify_client_hostname());
+        assert_eq!(q.tls.trust_store.map(|s| s.location), Some(PathBuf::from("/t.pem")));
+        assert_eq!(q.tls.client_auth, ClientAuth::Need);
         for (k, v) in [
             ("sslQuorum", "false"),
             ("authProvider.1", "org.apache.zookeeper.server.auth.DigestAuthenticationProvider"),

@@ -148,6 +148,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     }
+    if !config.servers.is_empty() {
+        if let Err(e) = warden::tls::QuorumTls::new(&config.quorum_tls) {
+            eprintln!("warden: configuration error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
     let mode = config.spread_workers;
     match warden::runtime::run(mode, |placement| warden::server::run(config, placement)) {
         Ok(Ok(())) => std::process::ExitCode::SUCCESS,

@@ -308,7 +308,7 @@ async fn start_member(
     let zxid = imported.as_ref().map(|i| i.report.last_zxid);
     let mine = bootstrap::BootstrapState::Fresh { zookeeper_zxid: zxid };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let answering = tokio::spawn(bootstrap::serve_fresh(listener, mine, stop_rx));
+    let answering = tokio::spawn(bootstrap::serve_fresh(listener, mine, peers.tls(), stop_rx));
     let decision = bootstrap::decide(options.id, mine, &options.voters, peers).await;
     let _ = stop_tx.send(());
     let listener = answering.await.map_err(|e| ServerError::Raft(format!("bootstrap answers: {e}")))?;
@@ -366,7 +366,11 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
     let mut options = raft_options(&config, &layout);
     let standalone = options.standalone;
-    let peers = Peers::default();
+    let peers = if config.servers.is_empty() {
+        Peers::default()
+    } else {
+        Peers::new(Arc::new(crate::tls::QuorumTls::new(&config.quorum_tls).map_err(ServerError::Tls)?))
+    };
     let (peer_listener, zookeeper_zxid) = if standalone {
         import_zookeeper_data(&layout, &options)?;
         (None, None)
@@ -418,7 +422,12 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
 
     let mut tasks = raft.spawn_tasks(shared.clone(), serving_tx, stop_rx.clone());
     if let Some(peer_listener) = peer_listener {
-        tasks.push(tokio::spawn(crate::peer::serve(peer_listener, Arc::new(dispatcher.clone()), stop_rx.clone())));
+        tasks.push(tokio::spawn(crate::peer::serve(
+            peer_listener,
+            Arc::new(dispatcher.clone()),
+            peers.tls(),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(crate::session::send_touches(
             raft.clone(),
             peers,

@@ -1,4 +1,5 @@
-//! TLS on the client port, as ZooKeeper configures it (`secureClientPort`, `ssl.*`): the key
+//! TLS as ZooKeeper configures it, on the client port (`secureClientPort`, `ssl.*`) and
+//! between members (`sslQuorum`, `portUnification`, `ssl.quorum.*`): the key
 //! and trust stores read from PEM or PKCS#12 files (ZooKeeper's `KeyStoreFileType`), rustls'
 //! server configuration built from them (client authentication `none`/`want`/`need`, protocol
 //! versions, cipher suites), its reload when the store files change (ZooKeeper 3.9's
@@ -6,7 +7,8 @@
 //! Java's `X500Principal.getName()` gives, which the `x509` scheme uses as the identity.
 //!
 //! This module knows nothing of ZooKeeper's protocol; the client port wraps accepted
-//! connections with the [`Acceptor`] it builds.
+//! connections with the [`Acceptor`] it builds, the peer port and its clients theirs with
+//! [`QuorumTls`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 use std::time::SystemTime;
 
+use rustls::client::danger::ServerCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 use rustls::ServerConfig;
@@ -23,6 +26,7 @@ use rustls_pki_types::PrivateKeyDer;
 use rustls_pki_types::PrivatePkcs8KeyDer;
 
 use crate::config::ClientAuth;
+use crate::config::QuorumTlsConfig;
 use crate::config::StoreConfig;
 use crate::config::TlsConfig;
 
@@ -31,12 +35,12 @@ use crate::config::TlsConfig;
 #[error("{key}: {why}")]
 pub struct TlsError {
     /// The zoo.cfg key whose value is at fault.
-    pub key: &'static str,
+    pub key: String,
     pub why: String,
 }
 
-fn err(key: &'static str, why: impl Into<String>) -> TlsError {
-    TlsError { key, why: why.into() }
+fn err(key: impl Into<String>, why: impl Into<String>) -> TlsError {
+    TlsError { key: key.into(), why: why.into() }
 }
 
 /// A store's file type, from `ssl.*Store.type` or else the file's extension (ZooKeeper's
@@ -47,12 +51,12 @@ enum StoreType {
     Pkcs12,
 }
 
-fn store_type(store: &StoreConfig, type_key: &'static str, location_key: &'static str) -> Result<StoreType, TlsError> {
+fn store_type(store: &StoreConfig, type_key: &str, location_key: &str) -> Result<StoreType, TlsError> {
     let (key, named) = match &store.store_type {
-        Some(t) if !t.trim().is_empty() => (type_key, t.trim().to_ascii_uppercase()),
+        Some(t) if !t.trim().is_empty() => (type_key.to_owned(), t.trim().to_ascii_uppercase()),
         _ => {
             let ext = store.location.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_uppercase();
-            (location_key, ext)
+            (location_key.to_owned(), ext)
         }
     };
     match named.as_str() {
@@ -79,7 +83,7 @@ fn store_type(store: &StoreConfig, type_key: &'static str, location_key: &'stati
     }
 }
 
-fn read(store: &StoreConfig, key: &'static str) -> Result<Vec<u8>, TlsError> {
+fn read(store: &StoreConfig, key: &str) -> Result<Vec<u8>, TlsError> {
     std::fs::read(&store.location).map_err(|e| err(key, format!("{}: {e}", store.location.display())))
 }
 
@@ -150,63 +154,64 @@ fn decrypt_key(der_bytes: &[u8], password: &str) -> Result<Vec<u8>, String> {
         .map_err(|_| "wrong password (the decrypted key does not unpad)".to_string())
 }
 
-fn load_key_store(store: &StoreConfig) -> Result<KeyMaterial, TlsError> {
-    const LOC: &str = "ssl.keyStore.location";
-    const PW: &str = "ssl.keyStore.password";
-    let bytes = read(store, LOC)?;
+fn load_key_store(tls: &TlsConfig, store: &StoreConfig) -> Result<KeyMaterial, TlsError> {
+    let (loc, pw) = (tls.key("keyStore.location"), tls.key("keyStore.password"));
+    let (loc, pw) = (loc.as_str(), pw.as_str());
+    let bytes = read(store, loc)?;
     let password = store.password.as_ref().map(|p| p.expose().to_owned()).unwrap_or_default();
-    match store_type(store, "ssl.keyStore.type", LOC)? {
+    match store_type(store, &tls.key("keyStore.type"), loc)? {
         StoreType::Pem => {
             let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
                 .collect::<Result<_, _>>()
-                .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?;
+                .map_err(|e| err(loc, format!("{}: {e}", store.location.display())))?;
             if chain.is_empty() {
-                return Err(err(LOC, format!("{}: holds no CERTIFICATE", store.location.display())));
+                return Err(err(loc, format!("{}: holds no CERTIFICATE", store.location.display())));
             }
             let text = String::from_utf8_lossy(&bytes);
             let key = if let Some(block) = pem_block(&text, "ENCRYPTED PRIVATE KEY") {
                 if password.is_empty() {
-                    return Err(err(PW, "the key store's private key is encrypted and no password is set"));
+                    return Err(err(pw, "the key store's private key is encrypted and no password is set"));
                 }
                 let (_, der) = pkcs8::der::pem::decode_vec(block.as_bytes())
-                    .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?;
+                    .map_err(|e| err(loc, format!("{}: {e}", store.location.display())))?;
                 let plain = decrypt_key(&der, &password).map_err(|why| {
-                    err(PW, format!("cannot decrypt the private key in {}: {why}", store.location.display()))
+                    err(pw, format!("cannot decrypt the private key in {}: {why}", store.location.display()))
                 })?;
                 PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(plain))
             } else {
                 PrivateKeyDer::from_pem_slice(&bytes)
-                    .map_err(|e| err(LOC, format!("{}: no usable private key: {e}", store.location.display())))?
+                    .map_err(|e| err(loc, format!("{}: no usable private key: {e}", store.location.display())))?
             };
             Ok(KeyMaterial { chain, key })
         }
         StoreType::Pkcs12 => {
             let ks = p12_keystore::KeyStore::from_pkcs12(&bytes, &password)
-                .map_err(|e| err(PW, format!("cannot open {}: {e}", store.location.display())))?;
+                .map_err(|e| err(pw, format!("cannot open {}: {e}", store.location.display())))?;
             let (_, chain) = ks
                 .private_key_chain()
-                .ok_or_else(|| err(LOC, format!("{}: holds no private key entry", store.location.display())))?;
+                .ok_or_else(|| err(loc, format!("{}: holds no private key entry", store.location.display())))?;
             let certs: Vec<CertificateDer<'static>> =
                 chain.chain().iter().map(|c| CertificateDer::from(c.as_der().to_vec())).collect();
             if certs.is_empty() {
-                return Err(err(LOC, format!("{}: its key has no certificate", store.location.display())));
+                return Err(err(loc, format!("{}: its key has no certificate", store.location.display())));
             }
             Ok(KeyMaterial { chain: certs, key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(chain.key().to_vec())) })
         }
     }
 }
 
-fn load_trust_store(store: &StoreConfig) -> Result<RootCertStore, TlsError> {
-    const LOC: &str = "ssl.trustStore.location";
-    let bytes = read(store, LOC)?;
-    let certs: Vec<CertificateDer<'static>> = match store_type(store, "ssl.trustStore.type", LOC)? {
+fn load_trust_store(tls: &TlsConfig, store: &StoreConfig) -> Result<RootCertStore, TlsError> {
+    let loc = tls.key("trustStore.location");
+    let loc = loc.as_str();
+    let bytes = read(store, loc)?;
+    let certs: Vec<CertificateDer<'static>> = match store_type(store, &tls.key("trustStore.type"), loc)? {
         StoreType::Pem => CertificateDer::pem_slice_iter(&bytes)
             .collect::<Result<_, _>>()
-            .map_err(|e| err(LOC, format!("{}: {e}", store.location.display())))?,
+            .map_err(|e| err(loc, format!("{}: {e}", store.location.display())))?,
         StoreType::Pkcs12 => {
             let password = store.password.as_ref().map(|p| p.expose().to_owned()).unwrap_or_default();
             let ks = p12_keystore::KeyStore::from_pkcs12(&bytes, &password).map_err(|e| {
-                err("ssl.trustStore.password", format!("cannot open {}: {e}", store.location.display()))
+                err(tls.key("trustStore.password"), format!("cannot open {}: {e}", store.location.display()))
             })?;
             ks.entries()
                 .flat_map(|(_, entry)| match entry {
@@ -222,7 +227,7 @@ fn load_trust_store(store: &StoreConfig) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(certs);
     if added == 0 {
-        return Err(err(LOC, format!("{}: holds no usable CA certificate", store.location.display())));
+        return Err(err(loc, format!("{}: holds no usable CA certificate", store.location.display())));
     }
     Ok(roots)
 }
@@ -251,7 +256,7 @@ fn versions(tls: &TlsConfig) -> Result<Vec<&'static rustls::SupportedProtocolVer
             }
         }
         if out.is_empty() {
-            return Err(err("ssl.enabledProtocols", "names no protocol Warden offers (TLSv1.2, TLSv1.3)"));
+            return Err(err(tls.key("enabledProtocols"), "names no protocol Warden offers (TLSv1.2, TLSv1.3)"));
         }
         return Ok(out);
     }
@@ -259,7 +264,7 @@ fn versions(tls: &TlsConfig) -> Result<Vec<&'static rustls::SupportedProtocolVer
         None | Some("TLS") | Some("") => Ok(vec![&rustls::version::TLS13, &rustls::version::TLS12]),
         Some(name) => protocol(name)
             .map(|v| vec![v])
-            .ok_or_else(|| err("ssl.protocol", format!("{name:?}: expected TLSv1.2, TLSv1.3 or TLS"))),
+            .ok_or_else(|| err(tls.key("protocol"), format!("{name:?}: expected TLSv1.2, TLSv1.3 or TLS"))),
     }
 }
 
@@ -286,7 +291,7 @@ fn provider(tls: &TlsConfig) -> Result<rustls::crypto::CryptoProvider, TlsError>
         provider.cipher_suites.retain(|s| wanted.iter().any(|n| n.trim().eq_ignore_ascii_case(&java_name(*s))));
         if provider.cipher_suites.is_empty() {
             return Err(err(
-                "ssl.ciphersuites",
+                tls.key("ciphersuites"),
                 format!("names no suite Warden offers; these are: {}", known.join(",")),
             ));
         }
@@ -297,31 +302,178 @@ fn provider(tls: &TlsConfig) -> Result<rustls::crypto::CryptoProvider, TlsError>
 /// Builds rustls' server configuration from the stores and settings.
 pub fn server_config(tls: &TlsConfig) -> Result<ServerConfig, TlsError> {
     let key_store =
-        tls.key_store.as_ref().ok_or_else(|| err("ssl.keyStore.location", "TLS is on and no key store is set"))?;
-    let material = load_key_store(key_store)?;
+        tls.key_store.as_ref().ok_or_else(|| err(tls.key("keyStore.location"), "TLS is on and no key store is set"))?;
+    let material = load_key_store(tls, key_store)?;
     let provider = Arc::new(provider(tls)?);
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions(tls)?)
-        .map_err(|e| err("ssl.ciphersuites", format!("no suite fits the protocols: {e}")))?;
+        .map_err(|e| err(tls.key("ciphersuites"), format!("no suite fits the protocols: {e}")))?;
     let builder = match tls.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         auth => {
             let store = tls.trust_store.as_ref().ok_or_else(|| {
                 err(
-                    "ssl.trustStore.location",
+                    tls.key("trustStore.location"),
                     "client certificates are asked for (ssl.clientAuth) and no trust store is set",
                 )
             })?;
-            let roots = Arc::new(load_trust_store(store)?);
+            let roots = Arc::new(load_trust_store(tls, store)?);
             let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
             let verifier = if auth == ClientAuth::Want { verifier.allow_unauthenticated() } else { verifier };
-            let verifier = verifier.build().map_err(|e| err("ssl.trustStore.location", e.to_string()))?;
+            let verifier = verifier.build().map_err(|e| err(tls.key("trustStore.location"), e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     builder
         .with_single_cert(material.chain, material.key)
-        .map_err(|e| err("ssl.keyStore.location", format!("the key and its certificate do not go together: {e}")))
+        .map_err(|e| err(tls.key("keyStore.location"), format!("the key and its certificate do not go together: {e}")))
+}
+
+/// Builds rustls' client configuration a member connects to another with: its own
+/// certificate from the key store, the other's checked against the trust store and, with
+/// `verify_hostname`, against the host it dialled (`ssl.quorum.hostnameVerification`).
+pub fn client_config(tls: &TlsConfig, verify_hostname: bool) -> Result<rustls::ClientConfig, TlsError> {
+    let key_store = tls.key_store.as_ref().ok_or_else(|| err(tls.key("keyStore.location"), "no key store is set"))?;
+    let material = load_key_store(tls, key_store)?;
+    let trust = tls.trust_store.as_ref().ok_or_else(|| err(tls.key("trustStore.location"), "no trust store is set"))?;
+    let roots = Arc::new(load_trust_store(tls, trust)?);
+    let provider = Arc::new(provider(tls)?);
+    let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        .build()
+        .map_err(|e| err(tls.key("trustStore.location"), e.to_string()))?;
+    let verifier: Arc<dyn ServerCertVerifier> = if verify_hostname { webpki } else { Arc::new(AnyName(webpki)) };
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions(tls)?)
+        .map_err(|e| err(tls.key("ciphersuites"), format!("no suite fits the protocols: {e}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(material.chain, material.key)
+        .map_err(|e| err(tls.key("keyStore.location"), format!("the key and its certificate do not go together: {e}")))
+}
+
+/// A server certificate check that takes any name: the chain must still lead to a trusted
+/// CA and be valid now (webpki checks the chain before the name, so a name mismatch is the
+/// only error let through).
+#[derive(Debug)]
+struct AnyName(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls_pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError::NotValidForName;
+        use rustls::CertificateError::NotValidForNameContext;
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(NotValidForName | NotValidForNameContext { .. })) => {
+                Ok(rustls::client::danger::ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// TLS between members, built from the quorum's settings: how the peer port accepts
+/// connections and how this member opens its own.
+pub struct QuorumTls {
+    /// TLS on the peer port; `None`: plaintext only.
+    pub acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// Plaintext connections are taken too (no TLS at all, or `portUnification`).
+    pub accept_plain: bool,
+    /// TLS for the connections this member opens (`sslQuorum`).
+    pub connector: Option<tokio_rustls::TlsConnector>,
+    /// A connecting member's certificate must name the address it connects from.
+    pub verify_peer_address: bool,
+}
+
+impl QuorumTls {
+    /// Members talk in the clear (no `sslQuorum`, no `portUnification`).
+    pub fn plain() -> QuorumTls {
+        QuorumTls { acceptor: None, accept_plain: true, connector: None, verify_peer_address: false }
+    }
+
+    /// From the quorum's settings; errors name the zoo.cfg key at fault.
+    pub fn new(q: &QuorumTlsConfig) -> Result<QuorumTls, TlsError> {
+        if !q.enabled() {
+            return Ok(QuorumTls::plain());
+        }
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(&q.tls)?));
+        let client = client_config(&q.tls, q.hostname_verification)?;
+        Ok(QuorumTls {
+            acceptor: Some(acceptor),
+            accept_plain: q.port_unification,
+            connector: q.ssl_quorum.then(|| tokio_rustls::TlsConnector::from(Arc::new(client))),
+            verify_peer_address: q.verify_client_hostname(),
+        })
+    }
+}
+
+/// Whether a certificate names `ip`: an IP address among its subject alternative names, or
+/// a DNS name there (the subject's CN when it has none) that resolves to `ip` (ZooKeeper's
+/// `ZKTrustManager` checks the address, then the name it resolves back to).
+pub async fn names_address(cert: &[u8], ip: std::net::IpAddr) -> bool {
+    use x509_parser::extensions::GeneralName;
+    let ip = ip.to_canonical();
+    let names: Vec<String> = {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(cert) else { return false };
+        let mut dns = Vec::new();
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            for name in &san.value.general_names {
+                match name {
+                    GeneralName::IPAddress(b) => {
+                        let named = match b.len() {
+                            4 => <[u8; 4]>::try_from(*b).ok().map(std::net::IpAddr::from),
+                            16 => <[u8; 16]>::try_from(*b).ok().map(|a| std::net::IpAddr::from(a).to_canonical()),
+                            _ => None,
+                        };
+                        if named == Some(ip) {
+                            return true;
+                        }
+                    }
+                    GeneralName::DNSName(n) if !n.starts_with("*.") => dns.push((*n).to_owned()),
+                    _ => {}
+                }
+            }
+        } else if let Some(cn) = cert.subject().iter_common_name().next().and_then(|cn| cn.as_str().ok()) {
+            dns.push(cn.to_owned());
+        }
+        dns
+    };
+    for name in names {
+        let resolved = tokio::time::timeout(Duration::from_secs(2), tokio::net::lookup_host((name.as_str(), 0))).await;
+        if let Ok(Ok(mut addrs)) = resolved {
+            if addrs.any(|a| a.ip().to_canonical() == ip) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The files whose change makes the configuration be built again, with their last seen

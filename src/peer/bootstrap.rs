@@ -98,15 +98,27 @@ pub fn decision(me: u64, members: usize, answers: &BTreeMap<u64, BootstrapState>
 pub async fn decide(me: u64, mine: BootstrapState, members: &BTreeMap<u64, String>, peers: &Peers) -> Decision {
     let mut answers: BTreeMap<u64, BootstrapState> = BTreeMap::from([(me, mine)]);
     let mut logged = Instant::now();
+    // Why each member that has not answered did not, for the waiting line (a TLS or address
+    // mistake shows there).
+    let mut why: BTreeMap<u64, String> = BTreeMap::new();
     loop {
         let asks = members.iter().filter(|(id, _)| **id != me && !answers.contains_key(id)).map(|(id, addr)| {
             let client = peers.client(*id, addr);
             async move { (*id, client.call(PeerRequest::Bootstrap, ANSWER_WITHIN).await) }
         });
         for (id, answer) in futures::future::join_all(asks).await {
-            if let Ok(PeerResponse::Bootstrap(state)) = answer {
-                tracing::info!(member = id, ?state, "bootstrap: a member answered");
-                answers.insert(id, state);
+            match answer {
+                Ok(PeerResponse::Bootstrap(state)) => {
+                    tracing::info!(member = id, ?state, "bootstrap: a member answered");
+                    answers.insert(id, state);
+                    why.remove(&id);
+                }
+                Ok(other) => {
+                    why.insert(id, format!("unexpected answer {other:?}"));
+                }
+                Err(e) => {
+                    why.insert(id, e.to_string());
+                }
             }
         }
         if let Some(d) = decision(me, members.len(), &answers) {
@@ -125,6 +137,7 @@ pub async fn decide(me: u64, mine: BootstrapState, members: &BTreeMap<u64, Strin
             let missing: Vec<u64> = members.keys().filter(|id| !answers.contains_key(id)).copied().collect();
             tracing::info!(
                 ?missing,
+                ?why,
                 "bootstrap: waiting for every member to say what ZooKeeper data it holds \
                 (a new ensemble with ZooKeeper data starts once all have)"
             );
@@ -140,6 +153,7 @@ pub async fn decide(me: u64, mine: BootstrapState, members: &BTreeMap<u64, Strin
 pub async fn serve_fresh(
     listener: TcpListener,
     state: BootstrapState,
+    tls: std::sync::Arc<crate::tls::QuorumTls>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) -> TcpListener {
     let mut conns = tokio::task::JoinSet::new();
@@ -148,9 +162,14 @@ pub async fn serve_fresh(
             a = listener.accept() => a,
             _ = &mut stop => break,
         };
-        let Ok((stream, _)) = accepted else { continue };
+        let Ok((stream, peer)) = accepted else { continue };
+        let tls = tls.clone();
         conns.spawn(async move {
-            let (r, w) = stream.into_split();
+            // The same checks as the peer port's once Raft runs (sslQuorum and the rest).
+            let (r, w) = match super::accept_secure(stream, peer, &tls).await {
+                Ok(halves) => halves,
+                Err(why) => return super::refused(peer, &why),
+            };
             let mut reader = FramedRead::new(r, codec());
             let mut writer = FramedWrite::new(w, codec());
             while let Some(Ok(frame)) = reader.next().await {

@@ -11,6 +11,14 @@
 //! writes, which the receiver submits to Raft in the order they arrived so a session's writes
 //! keep their order. A version other than [`PROTOCOL_VERSION`] closes the connection.
 //!
+//! # Security
+//! With `sslQuorum` every connection a member opens is TLS with its own certificate, and the
+//! peer port accepts only TLS connections whose certificate the quorum trust store vouches
+//! for (and, with host name verification, that name the address they come from); with
+//! `portUnification` the port takes plaintext ones too, told apart by their first byte (a TLS
+//! record starts with 0x16; a frame's length never does, as [`MAX_FRAME`] is below 0x16 << 24).
+//! See [`crate::tls::QuorumTls`].
+//!
 //! This module calls the Raft handle and a [`PeerHandler`]; it never touches the tree.
 
 pub mod bootstrap;
@@ -29,6 +37,8 @@ use futures::SinkExt;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde::Serialize;
+use tokio::io::AsyncRead;
+use tokio::io::AsyncWrite;
 use tokio::net::TcpListener;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -42,6 +52,7 @@ use crate::raft::network::Transport;
 use crate::raft::network::TransportError;
 use crate::raft::Raft;
 use crate::raft::TxnBatch;
+use crate::tls::QuorumTls;
 use crate::tree::txn::TxnResult;
 
 /// Bumped on any incompatible change to the messages (3: Raft's messages in one variant,
@@ -153,7 +164,34 @@ const STALL_AFTER: Duration = Duration::from_millis(500);
 
 /// Requests in flight on one connection; `None` once the connection is lost.
 type PendingMap = Arc<Mutex<Option<Inflight>>>;
-type Writer = FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>;
+type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
+type Writer = FramedWrite<BoxWrite, LengthDelimitedCodec>;
+
+/// A plaintext connection's two halves.
+fn plain_halves(stream: TcpStream) -> (BoxRead, BoxWrite) {
+    let (r, w) = stream.into_split();
+    (Box::new(r), Box::new(w))
+}
+
+/// A TLS connection's two halves.
+fn tls_halves<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S) -> (BoxRead, BoxWrite) {
+    let (r, w) = tokio::io::split(stream);
+    (Box::new(r), Box::new(w))
+}
+
+/// How long a TLS handshake on a peer connection may take.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The name a member's certificate must hold: the host of its `host:port` address.
+fn server_name(addr: &str) -> Result<rustls_pki_types::ServerName<'static>, PeerError> {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    rustls_pki_types::ServerName::try_from(host.to_owned())
+        .map_err(|e| PeerError::Connect(addr.to_owned(), format!("not a TLS server name: {e}")))
+}
 
 /// Locks `m`, poisoned or not (nothing held under these locks is left half-changed).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -233,14 +271,15 @@ impl Drop for Connection {
 #[derive(Clone)]
 pub struct PeerClient {
     addr: String,
+    tls: Arc<QuorumTls>,
     /// The live connection; std `Mutex`, held only to swap it.
     conn: Arc<Mutex<Option<Arc<Connection>>>>,
 }
 
 impl PeerClient {
-    /// A client for the peer at `addr` (`host:peerPort`).
-    pub fn new(addr: String) -> PeerClient {
-        PeerClient { addr, conn: Arc::new(Mutex::new(None)) }
+    /// A client for the peer at `addr` (`host:peerPort`), over TLS if `tls` says so.
+    pub fn new(addr: String, tls: Arc<QuorumTls>) -> PeerClient {
+        PeerClient { addr, tls, conn: Arc::new(Mutex::new(None)) }
     }
 
     async fn connection(&self, connect_timeout: Duration) -> Result<Arc<Connection>, PeerError> {
@@ -258,7 +297,18 @@ impl PeerClient {
         }
         let stream = connect(&self.addr, connect_timeout).await?;
         tune(&stream);
-        let (r, w) = stream.into_split();
+        let (r, w) = match &self.tls.connector {
+            None => plain_halves(stream),
+            Some(connector) => {
+                let lost = |why: String| PeerError::Connect(self.addr.clone(), why);
+                let handshake = connector.connect(server_name(&self.addr)?, stream);
+                let stream = tokio::time::timeout(connect_timeout.max(Duration::from_secs(1)), handshake)
+                    .await
+                    .map_err(|_| lost("the TLS handshake timed out".into()))?
+                    .map_err(|e| lost(format!("TLS handshake: {e}")))?;
+                tls_halves(stream)
+            }
+        };
         let pending: PendingMap = Arc::new(Mutex::new(Some(Inflight::new())));
         let reader = tokio::spawn(read_answers(self.addr.clone(), r, pending.clone()));
         let conn = Arc::new(Connection {
@@ -327,7 +377,7 @@ impl PeerClient {
 }
 
 /// Reads a connection's answers and hands each to its request, until the connection ends.
-async fn read_answers(addr: String, r: tokio::net::tcp::OwnedReadHalf, pending: PendingMap) {
+async fn read_answers(addr: String, r: BoxRead, pending: PendingMap) {
     let mut reader = FramedRead::new(r, codec());
     while let Some(Ok(frame)) = reader.next().await {
         match postcard::from_bytes::<Envelope<PeerResponse>>(&frame) {
@@ -379,6 +429,7 @@ pub trait PeerHandler: Send + Sync + 'static {
 pub async fn serve<H: PeerHandler>(
     listener: TcpListener,
     handler: Arc<H>,
+    tls: Arc<QuorumTls>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
@@ -391,14 +442,75 @@ pub async fn serve<H: PeerHandler>(
             continue;
         };
         tune(&stream);
-        let h = handler.clone();
+        let (h, tls) = (handler.clone(), tls.clone());
         tokio::spawn(async move {
-            if let Err(e) = server_connection(stream, h).await {
+            let halves = match accept_secure(stream, peer, &tls).await {
+                Ok(halves) => halves,
+                Err(why) => return refused(peer, &why),
+            };
+            if let Err(e) = server_connection(halves, h).await {
                 tracing::debug!(%peer, error = %e, "peer connection ended");
             }
         });
     }
 }
+
+/// Whether an accepted connection may speak, and its halves: plaintext ones only where the
+/// port takes them, TLS ones after the handshake and the checks on the member's certificate.
+pub(crate) async fn accept_secure(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    tls: &QuorumTls,
+) -> Result<(BoxRead, BoxWrite), String> {
+    let Some(acceptor) = &tls.acceptor else { return Ok(plain_halves(stream)) };
+    if tls.accept_plain {
+        let mut first = [0u8; 1];
+        let peeked = tokio::time::timeout(HANDSHAKE_LIMIT, stream.peek(&mut first))
+            .await
+            .map_err(|_| "sent nothing".to_string())?
+            .map_err(|e| e.to_string())?;
+        if peeked == 0 || first[0] != TLS_HANDSHAKE {
+            return Ok(plain_halves(stream));
+        }
+    }
+    let stream = tokio::time::timeout(HANDSHAKE_LIMIT, acceptor.accept(stream))
+        .await
+        .map_err(|_| "the TLS handshake timed out".to_string())?
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    if tls.verify_peer_address {
+        let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
+        if let Some(leaf) = leaf {
+            if !crate::tls::names_address(&leaf, peer.ip()).await {
+                return Err(format!(
+                    "its certificate names neither {} nor a host at that address (ssl.quorum.hostnameVerification)",
+                    peer.ip()
+                ));
+            }
+        }
+    }
+    Ok(tls_halves(stream))
+}
+
+/// Logs a refused peer connection: a warning at most every [`REFUSED_LOG_EVERY`] (a
+/// misconfigured member retries many times a second), a debug line otherwise.
+pub(crate) fn refused(peer: std::net::SocketAddr, why: &str) {
+    static LAST_WARNED_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    metrics::counter!("warden_peer_connections_refused").increment(1);
+    let now = crate::clock::now_ms();
+    let last = LAST_WARNED_MS.load(std::sync::atomic::Ordering::Relaxed);
+    if now - last >= REFUSED_LOG_EVERY.as_millis() as i64
+        && LAST_WARNED_MS
+            .compare_exchange(last, now, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(%peer, why, "peer connection refused");
+    } else {
+        tracing::debug!(%peer, why, "peer connection refused");
+    }
+}
+
+/// How often a refused peer connection is logged as a warning.
+const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Writes one answer. A response that cannot be encoded is logged and skipped (its request
 /// times out); only a failed write ends the connection.
@@ -416,8 +528,8 @@ async fn answer(writer: &mut Writer, id: u64, body: PeerResponse) -> Result<(), 
 /// One peer connection, served on one task: requests are read and answered here, and those
 /// whose answer takes a while (forwarded writes, read index, votes) wait in `waiting`, polled
 /// by the same task, so no answer is handed to another task on its way out.
-async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Result<(), PeerError> {
-    let (r, w) = stream.into_split();
+async fn server_connection<H: PeerHandler>(halves: (BoxRead, BoxWrite), h: Arc<H>) -> Result<(), PeerError> {
+    let (r, w) = halves;
     let mut reader = FramedRead::new(r, codec());
     let mut writer: Writer = FramedWrite::new(w, codec());
     let mut waiting: FuturesUnordered<BoxFuture<'static, (u64, PeerResponse)>> = FuturesUnordered::new();
@@ -494,20 +606,37 @@ async fn server_connection<H: PeerHandler>(stream: TcpStream, h: Arc<H>) -> Resu
 /// every sender shares. A member whose address changed gets a new client. Raft's replication
 /// and heartbeat streams each get a connection of their own ([`Transport::connect`]), so a
 /// follower's fsync never holds up the heartbeats behind it.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Peers {
     /// std `Mutex`: held only to look up or swap a client.
     clients: Arc<Mutex<HashMap<u64, PeerClient>>>,
+    tls: Arc<QuorumTls>,
+}
+
+impl Default for Peers {
+    fn default() -> Self {
+        Peers::new(Arc::new(QuorumTls::plain()))
+    }
 }
 
 impl Peers {
+    /// The clients of the other members, connecting as `tls` says.
+    pub fn new(tls: Arc<QuorumTls>) -> Peers {
+        Peers { clients: Default::default(), tls }
+    }
+
+    /// How this member's peer connections are secured.
+    pub fn tls(&self) -> Arc<QuorumTls> {
+        self.tls.clone()
+    }
+
     /// The client of member `id` at `addr`.
     pub fn client(&self, id: u64, addr: &str) -> PeerClient {
         let mut clients = lock(&self.clients);
         match clients.get(&id) {
             Some(c) if c.addr == addr => c.clone(),
             _ => {
-                let c = PeerClient::new(addr.to_owned());
+                let c = PeerClient::new(addr.to_owned(), self.tls.clone());
                 clients.insert(id, c.clone());
                 c
             }
@@ -538,7 +667,7 @@ impl Transport for Peers {
     type Client = RaftClient;
 
     fn connect(&self, _target: u64, addr: &str) -> RaftClient {
-        RaftClient(PeerClient::new(addr.to_owned()))
+        RaftClient(PeerClient::new(addr.to_owned(), self.tls.clone()))
     }
 }
 
