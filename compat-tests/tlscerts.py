@@ -12,6 +12,8 @@ for the one JKS store) in a temp dir.
                 (`openssl ca -startdate/-enddate`: OpenSSL 3.0's `x509` has no -not_before)
   ca_issued     /C=US/O=Warden Test/CN=ca-issued, made exactly like expired but valid until 2099:
                 the control showing `expired` is refused for its dates alone
+  wrongname     CN=wrongname, SAN DNS:wrongname.invalid only, server and client use, signed by
+                ca: a member certificate that names no address it is reached at
 Every leaf is X.509 v3 (signed with an extension file; rustls refuses v1 certificates).
 Each leaf has NAME.crt, NAME.key (unencrypted PKCS#8) and NAME.pem (certificate then key:
 ZooKeeper's PEM key store). Stores for the server: server.p12 (PKCS12, password STORE_PW,
@@ -68,7 +70,7 @@ class Pki:
         return self.root / "rogue_ca.pem"
 
     def __getattr__(self, name: str) -> Leaf:
-        if name in ("server", "server2", "client1", "client2", "intruder", "expired", "ca_issued"):
+        if name in ("server", "server2", "client1", "client2", "intruder", "expired", "ca_issued", "wrongname"):
             return self.leaf(name)
         raise AttributeError(name)
 
@@ -108,6 +110,7 @@ def _bundle(d: Path, name: str) -> None:
 CLIENT_EXT = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
 SERVER_EXT = ("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
               "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1")
+WRONG_NAME_EXT = SERVER_EXT.replace("DNS:localhost,IP:127.0.0.1", "DNS:wrongname.invalid")
 
 
 def _ca_issued(d: Path, name: str, subject: str, start: str, end: str) -> None:
@@ -152,6 +155,7 @@ def make_pki(root: Path) -> Pki:
     for cn in ("client1", "client2"):
         _leaf(root, cn, f"{ORG}/CN={cn}", "ca", CLIENT_EXT)
     _leaf(root, "intruder", f"{ORG}/CN=intruder", "rogue_ca", CLIENT_EXT)
+    _leaf(root, "wrongname", f"{ORG}/CN=wrongname", "ca", WRONG_NAME_EXT)
     _ca_issued(root, "expired", f"{ORG}/CN=expired", "20200101000000Z", "20210101000000Z")
     # The control for `expired`: issued the same way, but valid now.
     _ca_issued(root, "ca_issued", f"{ORG}/CN=ca-issued", "20200101000000Z", "20991231000000Z")
