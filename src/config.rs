@@ -298,6 +298,22 @@ pub struct Config {
     /// `dynamicConfigFile` name (`zoo.cfg.dynamic.100000000`), 0 for `server.N` lines in
     /// zoo.cfg (as ZooKeeper numbers them).
     pub config_version: i64,
+    /// SASL for clients: the JAAS file's server section (`java.security.auth.login.config`
+    /// in zoo.cfg, or `-Djava.security.auth.login.config=` in `SERVER_JVMFLAGS`/`JVMFLAGS`,
+    /// as ZooKeeper's start scripts pass it; section `zookeeper.sasl.serverconfig`, default
+    /// `Server`). `None`: no SASL.
+    pub sasl: Option<crate::sasl::SaslServer>,
+    /// Where the JAAS file came from (for logs and `conf`).
+    pub jaas_path: Option<PathBuf>,
+    /// `zookeeper.superUser` (and `zookeeper.superUser.*`): SASL identities that are super.
+    pub sasl_super_users: Vec<String>,
+    /// `enforce.auth.enabled` + `enforce.auth.schemes` (or `sessionRequireClientSASLAuth`):
+    /// the schemes one of which a connection must have authenticated with before any request
+    /// other than `auth` and `sasl`; empty = not enforced.
+    pub enforce_auth_schemes: Vec<String>,
+    /// `zookeeper.allowSaslFailedClients`: a failed SASL exchange leaves the connection open
+    /// (unauthenticated) instead of closing it, unless SASL is enforced.
+    pub allow_sasl_failed_clients: bool,
 }
 
 impl Config {
@@ -362,6 +378,11 @@ impl Default for Config {
             force_sync: true,
             linearizable_reads: false,
             config_version: 0,
+            sasl: None,
+            jaas_path: None,
+            sasl_super_users: Vec::new(),
+            enforce_auth_schemes: Vec::new(),
+            allow_sasl_failed_clients: false,
         }
     }
 }
@@ -413,6 +434,7 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
             "org.apache.zookeeper.server.auth.DigestAuthenticationProvider"
                 | "org.apache.zookeeper.server.auth.IPAuthenticationProvider"
                 | "org.apache.zookeeper.server.auth.X509AuthenticationProvider"
+                | "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
         )
     };
     match key {
@@ -420,10 +442,26 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
             Some("SASL between members")
         }
         k if k.starts_with("authProvider.") && !builtin(value) => Some("this authentication provider"),
-        "enforce.auth.enabled" | "sessionRequireClientSASLAuth" if on() => Some("enforced client authentication"),
         "requireClientAuthScheme" => Some("a required client authentication scheme"),
         _ => None,
     }
+}
+
+/// The JAAS file named by `-Djava.security.auth.login.config=` in `SERVER_JVMFLAGS` or
+/// `JVMFLAGS` (ZooKeeper's start scripts pass both to the server's JVM; the later wins there,
+/// and here), with the variable it came from.
+fn jaas_path_from_env() -> Option<(String, String)> {
+    let mut found = None;
+    for var in ["SERVER_JVMFLAGS", "JVMFLAGS"] {
+        if let Ok(flags) = std::env::var(var) {
+            for word in flags.split_whitespace() {
+                if let Some(path) = word.strip_prefix("-Djava.security.auth.login.config=") {
+                    found = Some((var.to_owned(), path.trim_matches('"').to_owned()));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// A password key's value (or the file its `passwordPath` twin names, as ZooKeeper 3.8 reads
@@ -546,6 +584,11 @@ impl Config {
         let mut max_set = None;
         let mut data_log_set = false;
         let mut dynamic_file = None;
+        let mut jaas_file: Option<(String, String)> = None;
+        let mut sasl_section = "Server".to_owned();
+        let mut enforce = false;
+        let mut enforce_schemes: Option<(String, Vec<String>)> = None;
+        let mut require_sasl = false;
         for (raw_key, value) in props {
             // ZooKeeper makes a zoo.cfg key K it does not parse the Java property
             // `zookeeper.K`; these two, written with the prefix in zoo.cfg, become
@@ -715,7 +758,24 @@ impl Config {
                         format!("{what} is not supported by this build; refusing to start rather than run without it"),
                     ));
                 }
-                // The built-in providers (digest, ip, x509) are always on in Warden.
+                "java.security.auth.login.config" => jaas_file = Some((raw_key.clone(), value.trim().to_owned())),
+                "sasl.serverconfig" => sasl_section = value.trim().to_owned(),
+                k if k == "superUser" || k.starts_with("superUser.") => {
+                    c.sasl_super_users.push(value.trim().to_owned())
+                }
+                "enforce.auth.enabled" => enforce = parse_bool(raw_key, value)?,
+                "enforce.auth.schemes" => {
+                    let schemes: Vec<String> =
+                        value.split(',').map(|w| w.trim().to_owned()).filter(|w| !w.is_empty()).collect();
+                    enforce_schemes = Some((raw_key.clone(), schemes));
+                }
+                "sessionRequireClientSASLAuth" => require_sasl = parse_bool(raw_key, value)?,
+                "allowSaslFailedClients" => c.allow_sasl_failed_clients = parse_bool(raw_key, value)?,
+                "kerberos.removeHostFromPrincipal" | "kerberos.removeRealmFromPrincipal" => {
+                    parse_bool(raw_key, value)?;
+                    tracing::debug!(key = raw_key.as_str(), "Kerberos name rule: no effect without Kerberos");
+                }
+                // The built-in providers (digest, ip, x509, sasl) are always on in Warden.
                 k if k.starts_with("authProvider.") => {
                     tracing::debug!(key = raw_key.as_str(), "a built-in authentication provider: always on");
                 }
@@ -783,6 +843,44 @@ impl Config {
             tracing::warn!(
                 "ssl.quorum.* keys are set but neither sslQuorum nor portUnification: members talk in the clear"
             );
+        }
+        let jaas_file = jaas_file.or_else(|| {
+            jaas_path_from_env().map(|(var, path)| (format!("-Djava.security.auth.login.config in {var}"), path))
+        });
+        if let Some((key, path)) = jaas_file {
+            let server = crate::sasl::SaslServer::from_jaas_file(Path::new(&path), &sasl_section)
+                .map_err(|why| bad(&key, &path, why))?;
+            c.sasl = Some(server);
+            c.jaas_path = Some(PathBuf::from(path));
+        }
+        // AuthenticationHelper: sessionRequireClientSASLAuth wins and means "sasl"; otherwise
+        // enforce.auth.enabled needs enforce.auth.schemes, each a scheme this server provides.
+        if require_sasl {
+            c.enforce_auth_schemes = vec!["sasl".to_owned()];
+        } else if enforce {
+            let (key, schemes) = enforce_schemes.unwrap_or_else(|| ("enforce.auth.schemes".to_owned(), Vec::new()));
+            if schemes.is_empty() {
+                return Err(bad(&key, "", "enforce.auth.enabled is true and no scheme is named"));
+            }
+            c.enforce_auth_schemes = schemes;
+        }
+        for scheme in &c.enforce_auth_schemes {
+            let key = if require_sasl { "sessionRequireClientSASLAuth" } else { "enforce.auth.schemes" };
+            match scheme.as_str() {
+                "digest" | "ip" => {}
+                "x509" if c.tls.enabled() => {}
+                "sasl" if c.sasl.is_some() => {}
+                "sasl" => {
+                    return Err(bad(
+                        key,
+                        scheme,
+                        "SASL is required and no JAAS server section is configured \
+                         (java.security.auth.login.config)",
+                    ))
+                }
+                "x509" => return Err(bad(key, scheme, "x509 needs TLS on the client port (secureClientPort)")),
+                other => return Err(bad(key, other, "no such authentication scheme")),
+            }
         }
         if let Some(file) = dynamic_file {
             c.servers = read_dynamic_config(Path::new(&file))?;
@@ -911,6 +1009,73 @@ mod tests {
         assert!(Config::from_properties(&missing).unwrap_err().to_string().contains("/nonexistent"));
     }
 
+    /// The JAAS file gives SASL its users; enforcement needs schemes this server provides.
+    #[test]
+    fn sasl_and_enforced_authentication() {
+        let dir = std::env::temp_dir().join(format!("warden-cfg-sasl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let jaas = dir.join("jaas.conf");
+        std::fs::write(
+            &jaas,
+            "Server { org.apache.zookeeper.server.auth.DigestLoginModule required user_bob=\"s3cret\"; };\n\
+             Other { org.apache.zookeeper.server.auth.DigestLoginModule required user_al=\"x\"; };",
+        )
+        .unwrap();
+        let j = jaas.to_str().unwrap();
+        let c = Config::from_properties(&props(&[
+            ("java.security.auth.login.config", j),
+            ("authProvider.1", "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"),
+            ("zookeeper.superUser", "bob"),
+            ("enforce.auth.enabled", "true"),
+            ("enforce.auth.schemes", "sasl, digest"),
+        ]))
+        .unwrap();
+        assert!(c.sasl.is_some());
+        assert_eq!(c.sasl_super_users, vec!["bob".to_owned()]);
+        assert_eq!(c.enforce_auth_schemes, vec!["sasl".to_owned(), "digest".to_owned()]);
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let c = Config::from_properties(&props(&[
+            ("java.security.auth.login.config", j),
+            ("sessionRequireClientSASLAuth", "true"),
+        ]))
+        .unwrap();
+        assert_eq!(c.enforce_auth_schemes, vec!["sasl".to_owned()]);
+        // Section names, missing files, unknown schemes: each names its key.
+        let e = Config::from_properties(&props(&[
+            ("java.security.auth.login.config", j),
+            ("zookeeper.sasl.serverconfig", "Nope"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("java.security.auth.login.config") && e.contains("no section named Nope"), "{e}");
+        assert!(Config::from_properties(&props(&[
+            ("java.security.auth.login.config", j),
+            ("sasl.serverconfig", "Other")
+        ]))
+        .is_ok());
+        let e = Config::from_properties(&props(&[("java.security.auth.login.config", "/nonexistent/jaas.conf")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("java.security.auth.login.config") && e.contains("/nonexistent/jaas.conf"), "{e}");
+        for (schemes, want) in
+            [("kerberos", "no such authentication scheme"), ("x509", "needs TLS"), ("sasl", "no JAAS")]
+        {
+            let e =
+                Config::from_properties(&props(&[("enforce.auth.enabled", "true"), ("enforce.auth.schemes", schemes)]))
+                    .unwrap_err()
+                    .to_string();
+            assert!(e.contains("enforce.auth.schemes") && e.contains(want), "{schemes}: {e}");
+        }
+        assert!(Config::from_properties(&props(&[
+            ("enforce.auth.enabled", "false"),
+            ("enforce.auth.schemes", "sasl")
+        ]))
+        .unwrap()
+        .enforce_auth_schemes
+        .is_empty());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     /// TLS, SASL and x509 keys stop start-up, naming the key, instead of serving without them;
     /// the built-in providers and switched-off flags are fine.
     #[test]
@@ -920,7 +1085,7 @@ mod tests {
             ("ssl.quorum.foo", "bar"),
             ("ssl.quorum.clientAuth", "maybe"),
             ("quorum.auth.enableSasl", "true"),
-            ("authProvider.1", "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"),
+            ("authProvider.1", "com.example.CustomAuthenticationProvider"),
             ("enforce.auth.enabled", "true"),
             ("sessionRequireClientSASLAuth", "true"),
             ("requireClientAuthScheme", "sasl"),

@@ -16,6 +16,7 @@
 //! - [`admin`]: four-letter words, admin HTTP, Prometheus.
 //! - [`tls`]: TLS on the client port: key and trust stores, rustls' configuration and its
 //!   reload, a client certificate's subject DN for the `x509` scheme.
+//! - [`sasl`]: SASL for clients: the JAAS file and the DIGEST-MD5 mechanism.
 //! - [`zkdata`]: Apache ZooKeeper's data dir: its snapshot and log formats, import, export,
 //!   dumps, its session passwords and tree digest.
 //! - [`config`]: zoo.cfg and command-line flags into one validated `Config`.
@@ -35,6 +36,7 @@ pub mod dispatch;
 pub mod peer;
 pub mod raft;
 pub mod runtime;
+pub mod sasl;
 pub mod server;
 pub mod session;
 pub mod stats;

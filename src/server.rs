@@ -489,6 +489,12 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         let auth = format!("{:?}", config.tls.client_auth).to_lowercase();
         tracing::info!(%addr, client_auth = auth.as_str(), data_dir = %config.data_dir.display(), server_id = config.server_id, "serving TLS clients");
     }
+    if let (Some(sasl), Some(jaas)) = (&config.sasl, &config.jaas_path) {
+        tracing::info!(jaas = %jaas.display(), mechanisms = ?sasl.mechanisms(), "SASL for clients");
+    }
+    if !config.enforce_auth_schemes.is_empty() {
+        tracing::info!(schemes = ?config.enforce_auth_schemes, "clients must authenticate before any other request");
+    }
 
     if config.admin_enable {
         let addr = SocketAddr::new(config.admin_address, config.admin_port);

@@ -1,5 +1,5 @@
 //! One connection's requests, each turned into a job whose reply the connection writes in
-//! request order: `addauth` and refusals at once, reads now or once the session's earlier
+//! request order: `addauth`, `sasl` and refusals at once, reads now or once the session's earlier
 //! writes are applied here, `sync` after a read-index round, writes once replicated.
 
 use std::sync::Arc;
@@ -67,11 +67,22 @@ pub(super) struct Requests {
     submitted: u64,
     /// Reads that wait for earlier writes, for the writes after them (see `order`).
     waiting_reads: WaitingReads,
+    /// The connection's SASL exchange while one is under way.
+    sasl: Option<crate::sasl::Conversation>,
 }
 
 impl Requests {
     pub fn new(d: Dispatcher, stats: Arc<ServerStats>, caller: Caller, watching: bool) -> Requests {
-        Requests { d, stats, caller, watching, written: None, submitted: 0, waiting_reads: WaitingReads::new() }
+        Requests {
+            d,
+            stats,
+            caller,
+            watching,
+            written: None,
+            submitted: 0,
+            waiting_reads: WaitingReads::new(),
+            sasl: None,
+        }
     }
 
     fn written(&mut self) -> &Arc<tokio::sync::watch::Sender<Written>> {
@@ -93,6 +104,35 @@ impl Requests {
                     (ready(xid, Reply::error(d.last_zxid(), code), true, (op, short), started), true)
                 }
             };
+        }
+        if let Request::Sasl(s) = &request {
+            let token = s.token.as_deref().unwrap_or_default();
+            // ZooKeeper answers a sasl request at once, with zxid 0.
+            return match d.sasl(&mut self.caller, &mut self.sasl, token) {
+                Ok(token) => {
+                    let reply = Reply {
+                        zxid: 0,
+                        err: ErrorCode::Ok,
+                        response: jute::Response::Sasl(jute::SetSaslResponse { token }),
+                    };
+                    (ready(xid, reply, false, (op, short), started), false)
+                }
+                Err(code) => {
+                    self.stats.auth_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    (ready(xid, Reply::error(0, code), true, (op, short), started), true)
+                }
+            };
+        }
+        if !d.authenticated_enough(&self.caller) {
+            // enforce.auth.enabled: ZooKeeper answers SessionClosedRequireSaslAuth and closes
+            // the connection.
+            tracing::warn!(
+                session = format_args!("0x{:x}", self.caller.session_id),
+                "request before authenticating with an enforced scheme: closing the connection"
+            );
+            self.stats.auth_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let reply = Reply::error(0, ErrorCode::SessionClosedRequireSaslAuth);
+            return (ready(xid, reply, true, (op, short), started), true);
         }
         match d.prep(&self.caller, &mut request) {
             Prepped::Refuse(code) => {

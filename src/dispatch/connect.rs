@@ -187,6 +187,12 @@ impl Dispatcher {
             }
             _ => return Err(ErrorCode::AuthFailed),
         };
+        self.grant(caller, ids);
+        Ok(())
+    }
+
+    /// Adds identities to the caller (and to its watches' view of it).
+    fn grant(&self, caller: &mut Caller, ids: Vec<AuthId>) {
         let mut all = caller.auth.to_vec();
         for id in ids {
             if !all.contains(&id) {
@@ -195,7 +201,59 @@ impl Dispatcher {
         }
         caller.auth = all.into();
         self.0.watches.set_auth(caller.session_id, caller.auth.clone());
-        Ok(())
+    }
+
+    /// One `sasl` request (ZooKeeper's `processSasl`): the next step of the connection's
+    /// exchange (begun here at its first token). Done, the caller is also `sasl:<name>`, and
+    /// `super` when the name is a `zookeeper.superUser`. `Ok` carries the token to answer
+    /// with; `Err` the code to answer with before closing the connection (a failed exchange,
+    /// unless `allowSaslFailedClients` keeps an unenforced connection open, unauthenticated).
+    pub fn sasl(
+        &self,
+        caller: &mut Caller,
+        exchange: &mut Option<crate::sasl::Conversation>,
+        token: &[u8],
+    ) -> Result<Option<Bytes>, ErrorCode> {
+        let config = &self.0.config;
+        let Some(server) = &config.sasl else {
+            tracing::debug!(session = format_args!("0x{:x}", caller.session_id), "sasl request and no SASL configured");
+            return Err(ErrorCode::AuthFailed);
+        };
+        let step = exchange.get_or_insert_with(|| server.conversation()).step(token);
+        match step {
+            Ok(crate::sasl::Step::Continue(challenge)) => Ok(Some(Bytes::from(challenge))),
+            Ok(crate::sasl::Step::Done { reply, authorized }) => {
+                tracing::info!(
+                    session = format_args!("0x{:x}", caller.session_id),
+                    id = authorized.as_str(),
+                    "SASL authenticated"
+                );
+                let mut ids = Vec::new();
+                if config.sasl_super_users.contains(&authorized) {
+                    ids.push(AuthId { scheme: "super".into(), id: String::new() });
+                }
+                ids.push(AuthId { scheme: "sasl".into(), id: authorized });
+                self.grant(caller, ids);
+                Ok(reply.map(Bytes::from))
+            }
+            Err(e) => {
+                *exchange = None;
+                tracing::warn!(session = format_args!("0x{:x}", caller.session_id), error = %e, "SASL authentication failed");
+                let required = config.enforce_auth_schemes.iter().any(|s| s == "sasl");
+                if config.allow_sasl_failed_clients && !required {
+                    return Ok(None);
+                }
+                Err(if required { ErrorCode::SessionClosedRequireSaslAuth } else { ErrorCode::AuthFailed })
+            }
+        }
+    }
+
+    /// Whether the caller may send requests other than `auth` and `sasl`: with
+    /// `enforce.auth.enabled` it must have authenticated with one of the enforced schemes
+    /// (ZooKeeper's `AuthenticationHelper.enforceAuthentication`).
+    pub fn authenticated_enough(&self, caller: &Caller) -> bool {
+        let schemes = &self.0.config.enforce_auth_schemes;
+        schemes.is_empty() || caller.auth.iter().any(|i| schemes.contains(&i.scheme))
     }
 
     /// Expires a session through the log (admin kill): its ephemerals are deleted on every

@@ -263,6 +263,7 @@ impl Dispatcher {
                     })
                     .collect(),
             }))),
+            // The connection answers sasl itself (`Dispatcher::sasl`); never here.
             Request::Sasl(_) => Reply::error(zxid, ErrorCode::AuthFailed),
             // Writes never reach here; auth is handled by the connection.
             _ => Reply::error(zxid, ErrorCode::Unimplemented),
