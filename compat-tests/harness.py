@@ -256,6 +256,13 @@ class Server:
         for key, value in self.extra_cfg.items():
             if key.split(".", 1)[0] in _ZK_PARSED_KEY_PREFIXES:
                 continue
+            if key.startswith("java."):
+                # A JVM property ZooKeeper reads as is (java.security.auth.login.config,
+                # the JAAS file; its start scripts pass it in SERVER_JVMFLAGS); Warden reads
+                # the same key from zoo.cfg.
+                if value is not None:
+                    props[key] = value
+                continue
             if value is None:
                 props.pop(f"zookeeper.{key}", None)
             else:

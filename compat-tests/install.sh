@@ -21,6 +21,7 @@ APT_PACKAGES=(
 # the list of excluded cases in test_kazoo_upstream.py is for this version.
 # objgraph, pyopenssl and pyjks are imported by kazoo's own test modules and
 # harness (kazoo.testing.common), which test_kazoo_upstream.py runs.
+# pure-sasl is kazoo's SASL (DIGEST-MD5) client (test_sasl.py).
 PIP_PACKAGES=(
   "kazoo==2.11.0"
   "pytest>=7,<9"
@@ -28,6 +29,7 @@ PIP_PACKAGES=(
   "objgraph>=3.5,<4"
   "pyopenssl>=23"
   "pyjks==20.0.0"
+  "pure-sasl>=0.6,<1"
 )
 
 PY="${PYTHON:-python3}"
@@ -48,7 +50,7 @@ fi
 if ! "$PY" - <<'PYEOF' 2>/dev/null
 import importlib.metadata as m, sys
 want = {"kazoo": "2.11.0"}
-for pkg in ("kazoo", "pytest", "pytest-timeout", "objgraph", "pyopenssl", "pyjks"):
+for pkg in ("kazoo", "pytest", "pytest-timeout", "objgraph", "pyopenssl", "pyjks", "pure-sasl"):
     v = m.version(pkg)  # raises if missing
     if pkg in want and v != want[pkg]:
         sys.exit(1)
