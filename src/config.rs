@@ -305,6 +305,10 @@ pub struct Config {
     pub sasl: Option<crate::sasl::SaslServer>,
     /// Where the JAAS file came from (for logs and `conf`).
     pub jaas_path: Option<PathBuf>,
+    /// `java.security.krb5.conf` (zoo.cfg, or `-D...` in `SERVER_JVMFLAGS`/`JVMFLAGS`): the
+    /// Kerberos configuration (realms, KDCs) the server's GSSAPI uses; else `KRB5_CONFIG` or
+    /// /etc/krb5.conf, as MIT Kerberos finds it.
+    pub krb5_conf: Option<PathBuf>,
     /// `zookeeper.superUser` (and `zookeeper.superUser.*`): SASL identities that are super.
     pub sasl_super_users: Vec<String>,
     /// `enforce.auth.enabled` + `enforce.auth.schemes` (or `sessionRequireClientSASLAuth`):
@@ -380,6 +384,7 @@ impl Default for Config {
             config_version: 0,
             sasl: None,
             jaas_path: None,
+            krb5_conf: None,
             sasl_super_users: Vec::new(),
             enforce_auth_schemes: Vec::new(),
             allow_sasl_failed_clients: false,
@@ -447,16 +452,17 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
     }
 }
 
-/// The JAAS file named by `-Djava.security.auth.login.config=` in `SERVER_JVMFLAGS` or
-/// `JVMFLAGS` (ZooKeeper's start scripts pass both to the server's JVM; the later wins there,
-/// and here), with the variable it came from.
-fn jaas_path_from_env() -> Option<(String, String)> {
+/// The JVM property `property` as `-D<property>=` in `SERVER_JVMFLAGS` or `JVMFLAGS`
+/// (ZooKeeper's start scripts pass both to the server's JVM; the later wins there, and
+/// here), with the variable it came from.
+fn jvm_property_from_env(property: &str) -> Option<(String, String)> {
+    let prefix = format!("-D{property}=");
     let mut found = None;
     for var in ["SERVER_JVMFLAGS", "JVMFLAGS"] {
         if let Ok(flags) = std::env::var(var) {
             for word in flags.split_whitespace() {
-                if let Some(path) = word.strip_prefix("-Djava.security.auth.login.config=") {
-                    found = Some((var.to_owned(), path.trim_matches('"').to_owned()));
+                if let Some(value) = word.strip_prefix(&prefix) {
+                    found = Some((format!("-D{property} in {var}"), value.trim_matches('"').to_owned()));
                 }
             }
         }
@@ -589,6 +595,8 @@ impl Config {
         let mut enforce = false;
         let mut enforce_schemes: Option<(String, Vec<String>)> = None;
         let mut require_sasl = false;
+        let mut remove_host_from_principal = false;
+        let mut remove_realm_from_principal = false;
         for (raw_key, value) in props {
             // ZooKeeper makes a zoo.cfg key K it does not parse the Java property
             // `zookeeper.K`; these two, written with the prefix in zoo.cfg, become
@@ -760,6 +768,7 @@ impl Config {
                 }
                 "java.security.auth.login.config" => jaas_file = Some((raw_key.clone(), value.trim().to_owned())),
                 "sasl.serverconfig" => sasl_section = value.trim().to_owned(),
+                "java.security.krb5.conf" => c.krb5_conf = Some(PathBuf::from(value.trim())),
                 k if k == "superUser" || k.starts_with("superUser.") => {
                     c.sasl_super_users.push(value.trim().to_owned())
                 }
@@ -771,10 +780,8 @@ impl Config {
                 }
                 "sessionRequireClientSASLAuth" => require_sasl = parse_bool(raw_key, value)?,
                 "allowSaslFailedClients" => c.allow_sasl_failed_clients = parse_bool(raw_key, value)?,
-                "kerberos.removeHostFromPrincipal" | "kerberos.removeRealmFromPrincipal" => {
-                    parse_bool(raw_key, value)?;
-                    tracing::debug!(key = raw_key.as_str(), "Kerberos name rule: no effect without Kerberos");
-                }
+                "kerberos.removeHostFromPrincipal" => remove_host_from_principal = parse_bool(raw_key, value)?,
+                "kerberos.removeRealmFromPrincipal" => remove_realm_from_principal = parse_bool(raw_key, value)?,
                 // The built-in providers (digest, ip, x509, sasl) are always on in Warden.
                 k if k.starts_with("authProvider.") => {
                     tracing::debug!(key = raw_key.as_str(), "a built-in authentication provider: always on");
@@ -844,11 +851,17 @@ impl Config {
                 "ssl.quorum.* keys are set but neither sslQuorum nor portUnification: members talk in the clear"
             );
         }
-        let jaas_file = jaas_file.or_else(|| {
-            jaas_path_from_env().map(|(var, path)| (format!("-Djava.security.auth.login.config in {var}"), path))
-        });
+        let jaas_file = jaas_file.or_else(|| jvm_property_from_env("java.security.auth.login.config"));
+        if c.krb5_conf.is_none() {
+            c.krb5_conf = jvm_property_from_env("java.security.krb5.conf").map(|(_, p)| PathBuf::from(p));
+        }
         if let Some((key, path)) = jaas_file {
-            let server = crate::sasl::SaslServer::from_jaas_file(Path::new(&path), &sasl_section)
+            let rules = crate::sasl::NameRules {
+                remove_host: remove_host_from_principal,
+                remove_realm: remove_realm_from_principal,
+                default_realm: crate::sasl::default_realm(c.krb5_conf.as_deref()),
+            };
+            let server = crate::sasl::SaslServer::from_jaas_file(Path::new(&path), &sasl_section, rules)
                 .map_err(|why| bad(&key, &path, why))?;
             c.sasl = Some(server);
             c.jaas_path = Some(PathBuf::from(path));

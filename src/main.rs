@@ -17,8 +17,14 @@ static GLOBAL: warden::runtime::alloc::Mimalloc = warden::runtime::alloc::Mimall
 ///
 /// With no arguments it serves on 127.0.0.1:2181 with its data in ./warden-data. Started on
 /// an Apache ZooKeeper data dir, it imports it first (docs/migration.md).
+/// `--version`, with the optional features this build has.
+#[cfg(feature = "kerberos")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (features: kerberos)");
+#[cfg(not(feature = "kerberos"))]
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version = VERSION, about)]
 struct Args {
     #[command(subcommand)]
     command: Option<Command>,
@@ -145,6 +151,23 @@ fn main() -> std::process::ExitCode {
     if config.tls.enabled() {
         if let Err(e) = warden::tls::server_config(&config.tls) {
             eprintln!("warden: configuration error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    #[cfg(feature = "kerberos")]
+    if let Some(krb5_conf) = &config.krb5_conf {
+        // java.security.krb5.conf: MIT Kerberos reads KRB5_CONFIG (one thread still).
+        std::env::set_var("KRB5_CONFIG", krb5_conf);
+    }
+    #[cfg(feature = "kerberos")]
+    if let Some(sasl) = config.sasl.as_mut() {
+        if let Some(k) = sasl.kerberos() {
+            // MIT Kerberos finds the acceptor's keys through KRB5_KTNAME; set here, while the
+            // process has one thread.
+            std::env::set_var("KRB5_KTNAME", format!("FILE:{}", k.keytab.display()));
+        }
+        if let Err(e) = sasl.load_kerberos() {
+            eprintln!("warden: configuration error: java.security.auth.login.config: {e}");
             return std::process::ExitCode::from(2);
         }
     }
