@@ -262,6 +262,10 @@ pub struct Config {
     pub admin_port: u16,
     /// Bearer token that mutating admin endpoints require (`admin.authToken`, Warden's own key).
     pub admin_token: Option<String>,
+    /// `admin.forceHttps`: the admin server speaks TLS only, with the `ssl.quorum.*` key
+    /// store (ZooKeeper's `JettyAdminServer`); `admin.portUnification`: TLS and plaintext.
+    pub admin_force_https: bool,
+    pub admin_port_unification: bool,
     pub metrics_enable: bool,
     pub metrics_host: IpAddr,
     pub metrics_port: u16,
@@ -318,9 +322,23 @@ pub struct Config {
     /// `zookeeper.allowSaslFailedClients`: a failed SASL exchange leaves the connection open
     /// (unauthenticated) instead of closing it, unless SASL is enforced.
     pub allow_sasl_failed_clients: bool,
+    /// Members authenticate each other with SASL (`quorum.auth.enableSasl` and the JAAS
+    /// file's `QuorumServer`/`QuorumLearner` sections); `None` when off.
+    pub quorum_sasl: Option<crate::sasl::QuorumSasl>,
 }
 
 impl Config {
+    /// Whether the admin server takes TLS (`admin.forceHttps` or `admin.portUnification`).
+    pub fn admin_https(&self) -> bool {
+        self.admin_force_https || self.admin_port_unification
+    }
+
+    /// The admin server's TLS settings: the quorum's key store, no client certificates
+    /// (ZooKeeper 3.8's `JettyAdminServer` asks for none).
+    pub fn admin_tls(&self) -> TlsConfig {
+        TlsConfig { client_auth: ClientAuth::None, ..self.quorum_tls.tls.clone() }
+    }
+
     /// Applies the command line's overrides: `--data-dir` (and `dataLogDir` with it, unless
     /// zoo.cfg set that apart), `--client-port`, `--client-port-address`.
     pub fn override_with(&mut self, data_dir: Option<PathBuf>, client_port: Option<u16>, address: Option<IpAddr>) {
@@ -364,6 +382,8 @@ impl Default for Config {
             admin_address: IpAddr::from([127, 0, 0, 1]),
             admin_port: 8080,
             admin_token: None,
+            admin_force_https: false,
+            admin_port_unification: false,
             metrics_enable: true,
             metrics_host: IpAddr::from([127, 0, 0, 1]),
             metrics_port: 7000,
@@ -388,6 +408,7 @@ impl Default for Config {
             sasl_super_users: Vec::new(),
             enforce_auth_schemes: Vec::new(),
             allow_sasl_failed_clients: false,
+            quorum_sasl: None,
         }
     }
 }
@@ -432,7 +453,6 @@ pub fn read_properties(path: &Path) -> Result<BTreeMap<String, String>, ConfigEr
 /// What a security key asks for that Warden does not provide, if it does: such a config must
 /// stop start-up, never run in the clear or unauthenticated.
 fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
-    let on = || value.trim().eq_ignore_ascii_case("true");
     let builtin = |v: &str| {
         matches!(
             v.trim(),
@@ -443,9 +463,6 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
         )
     };
     match key {
-        "quorum.auth.enableSasl" | "quorum.auth.learnerRequireSasl" | "quorum.auth.serverRequireSasl" if on() => {
-            Some("SASL between members")
-        }
         k if k.starts_with("authProvider.") && !builtin(value) => Some("this authentication provider"),
         "requireClientAuthScheme" => Some("a required client authentication scheme"),
         _ => None,
@@ -596,6 +613,11 @@ impl Config {
         let mut enforce_schemes: Option<(String, Vec<String>)> = None;
         let mut require_sasl = false;
         let mut remove_host_from_principal = false;
+        let mut quorum_sasl = false;
+        let mut learner_require = false;
+        let mut server_require = false;
+        let mut learner_section = "QuorumLearner".to_owned();
+        let mut server_section = "QuorumServer".to_owned();
         let mut remove_realm_from_principal = false;
         for (raw_key, value) in props {
             // ZooKeeper makes a zoo.cfg key K it does not parse the Java property
@@ -653,6 +675,8 @@ impl Config {
                 "admin.serverAddress" => c.admin_address = parse(raw_key, value)?,
                 "admin.serverPort" => c.admin_port = parse(raw_key, value)?,
                 "admin.authToken" => c.admin_token = Some(value.clone()).filter(|t| !t.is_empty()),
+                "admin.forceHttps" => c.admin_force_https = parse_bool(raw_key, value)?,
+                "admin.portUnification" => c.admin_port_unification = parse_bool(raw_key, value)?,
                 "metricsProvider.className" => {
                     c.metrics_enable = value.contains("PrometheusMetricsProvider");
                 }
@@ -780,6 +804,22 @@ impl Config {
                 }
                 "sessionRequireClientSASLAuth" => require_sasl = parse_bool(raw_key, value)?,
                 "allowSaslFailedClients" => c.allow_sasl_failed_clients = parse_bool(raw_key, value)?,
+                "quorum.auth.enableSasl" => quorum_sasl = parse_bool(raw_key, value)?,
+                "quorum.auth.learnerRequireSasl" => learner_require = parse_bool(raw_key, value)?,
+                "quorum.auth.serverRequireSasl" => server_require = parse_bool(raw_key, value)?,
+                "quorum.auth.learner.saslLoginContext" => learner_section = value.trim().to_owned(),
+                "quorum.auth.server.saslLoginContext" => server_section = value.trim().to_owned(),
+                "quorum.auth.kerberos.servicePrincipal" | "quorum.auth.kerberos.servicePrincipal.canonicalize" => {
+                    return Err(bad(
+                        raw_key,
+                        value,
+                        "Kerberos between members is not supported; use DIGEST-MD5 \
+                        (QuorumServer/QuorumLearner DigestLoginModule sections) or sslQuorum",
+                    ));
+                }
+                "quorum.cnxn.threads.size" => {
+                    tracing::debug!(key = raw_key.as_str(), "accepted and not used by Warden");
+                }
                 "kerberos.removeHostFromPrincipal" => remove_host_from_principal = parse_bool(raw_key, value)?,
                 "kerberos.removeRealmFromPrincipal" => remove_realm_from_principal = parse_bool(raw_key, value)?,
                 // The built-in providers (digest, ip, x509, sasl) are always on in Warden.
@@ -861,10 +901,41 @@ impl Config {
                 remove_realm: remove_realm_from_principal,
                 default_realm: crate::sasl::default_realm(c.krb5_conf.as_deref()),
             };
-            let server = crate::sasl::SaslServer::from_jaas_file(Path::new(&path), &sasl_section, rules)
-                .map_err(|why| bad(&key, &path, why))?;
-            c.sasl = Some(server);
+            // A file that only configures members (quorum.auth.enableSasl) leaves clients
+            // without SASL, as in ZooKeeper; otherwise a missing client section is an error.
+            let members_only = quorum_sasl && !crate::sasl::has_section(Path::new(&path), &sasl_section);
+            if !members_only {
+                let server = crate::sasl::SaslServer::from_jaas_file(Path::new(&path), &sasl_section, rules)
+                    .map_err(|why| bad(&key, &path, why))?;
+                c.sasl = Some(server);
+            }
             c.jaas_path = Some(PathBuf::from(path));
+        }
+        // QuorumPeerConfig: requiring SASL on either side needs it enabled.
+        for (on, key) in
+            [(learner_require, "quorum.auth.learnerRequireSasl"), (server_require, "quorum.auth.serverRequireSasl")]
+        {
+            if on && !quorum_sasl {
+                return Err(bad(key, "true", "quorum.auth.enableSasl is false, so SASL cannot be required"));
+            }
+        }
+        if quorum_sasl {
+            let Some(jaas) = &c.jaas_path else {
+                return Err(bad(
+                    "quorum.auth.enableSasl",
+                    "true",
+                    "needs a JAAS file with QuorumServer and QuorumLearner sections (java.security.auth.login.config)",
+                ));
+            };
+            let q = crate::sasl::QuorumSasl::from_jaas_file(
+                jaas,
+                &server_section,
+                &learner_section,
+                server_require,
+                learner_require,
+            )
+            .map_err(|why| bad("quorum.auth.enableSasl", "true", why))?;
+            c.quorum_sasl = Some(q);
         }
         // AuthenticationHelper: sessionRequireClientSASLAuth wins and means "sasl"; otherwise
         // enforce.auth.enabled needs enforce.auth.schemes, each a scheme this server provides.
@@ -894,6 +965,14 @@ impl Config {
                 "x509" => return Err(bad(key, scheme, "x509 needs TLS on the client port (secureClientPort)")),
                 other => return Err(bad(key, other, "no such authentication scheme")),
             }
+        }
+        if c.admin_https() && c.quorum_tls.tls.key_store.as_ref().is_none_or(|s| s.location.as_os_str().is_empty()) {
+            let key = if c.admin_force_https { "admin.forceHttps" } else { "admin.portUnification" };
+            return Err(bad(
+                "ssl.quorum.keyStore.location",
+                "",
+                format!("{key} serves the admin API over TLS with the ssl.quorum.* key store, and none is set"),
+            ));
         }
         if let Some(file) = dynamic_file {
             c.servers = read_dynamic_config(Path::new(&file))?;

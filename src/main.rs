@@ -171,6 +171,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     }
+    if config.admin_enable && config.admin_https() {
+        if let Err(e) = warden::tls::server_config(&config.admin_tls()) {
+            eprintln!("warden: configuration error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
     if !config.servers.is_empty() {
         if let Err(e) = warden::tls::QuorumTls::new(&config.quorum_tls) {
             eprintln!("warden: configuration error: {e}");

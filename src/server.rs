@@ -308,7 +308,7 @@ async fn start_member(
     let zxid = imported.as_ref().map(|i| i.report.last_zxid);
     let mine = bootstrap::BootstrapState::Fresh { zookeeper_zxid: zxid };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let answering = tokio::spawn(bootstrap::serve_fresh(listener, mine, peers.tls(), stop_rx));
+    let answering = tokio::spawn(bootstrap::serve_fresh(listener, mine, peers.security(), stop_rx));
     let decision = bootstrap::decide(options.id, mine, &options.voters, peers).await;
     let _ = stop_tx.send(());
     let listener = answering.await.map_err(|e| ServerError::Raft(format!("bootstrap answers: {e}")))?;
@@ -369,7 +369,10 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     let peers = if config.servers.is_empty() {
         Peers::default()
     } else {
-        Peers::new(Arc::new(crate::tls::QuorumTls::new(&config.quorum_tls).map_err(ServerError::Tls)?))
+        Peers::new(Arc::new(crate::peer::PeerSecurity {
+            tls: crate::tls::QuorumTls::new(&config.quorum_tls).map_err(ServerError::Tls)?,
+            sasl: config.quorum_sasl.clone(),
+        }))
     };
     let (peer_listener, zookeeper_zxid) = if standalone {
         import_zookeeper_data(&layout, &options)?;
@@ -425,7 +428,7 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         tasks.push(tokio::spawn(crate::peer::serve(
             peer_listener,
             Arc::new(dispatcher.clone()),
-            peers.tls(),
+            peers.security(),
             stop_rx.clone(),
         )));
         tasks.push(tokio::spawn(crate::session::send_touches(

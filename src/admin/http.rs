@@ -6,6 +6,9 @@
 //!   watchers are told, its client sees Expired); needs `Authorization: Bearer <token>` when
 //!   `admin.authToken` is set;
 //! - `GET /ready` (200 once serving clients) and `GET /health` (200 while the process runs).
+//!
+//! With `admin.forceHttps` it speaks TLS only, with `admin.portUnification` TLS and plaintext
+//! on the one port, both with the `ssl.quorum.*` key store, as ZooKeeper's admin server does.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -331,6 +334,18 @@ pub async fn serve(addr: SocketAddr, d: View, stop: tokio::sync::watch::Receiver
         .route("/sessions/{id}/kill", post(kill))
         .route("/ready", get(ready))
         .route("/health", get(|| async { (StatusCode::OK, "ok\n") }))
-        .with_state(d);
-    super::serve_router(addr, app, "admin server", stop).await;
+        .with_state(d.clone());
+    if !d.config.admin_https() {
+        super::serve_router(addr, app, "admin server", stop).await;
+        return;
+    }
+    // Checked at start-up (main), so this only fails if the files changed since.
+    let tls = match crate::tls::server_config(&d.config.admin_tls()) {
+        Ok(c) => tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(c)),
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "admin server not started");
+            return;
+        }
+    };
+    super::serve_router_tls(addr, app, tls, !d.config.admin_force_https, "admin server", stop).await;
 }

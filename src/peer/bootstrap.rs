@@ -153,7 +153,7 @@ pub async fn decide(me: u64, mine: BootstrapState, members: &BTreeMap<u64, Strin
 pub async fn serve_fresh(
     listener: TcpListener,
     state: BootstrapState,
-    tls: std::sync::Arc<crate::tls::QuorumTls>,
+    security: std::sync::Arc<super::PeerSecurity>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) -> TcpListener {
     let mut conns = tokio::task::JoinSet::new();
@@ -163,23 +163,38 @@ pub async fn serve_fresh(
             _ = &mut stop => break,
         };
         let Ok((stream, peer)) = accepted else { continue };
-        let tls = tls.clone();
+        let security = security.clone();
         conns.spawn(async move {
-            // The same checks as the peer port's once Raft runs (sslQuorum and the rest).
-            let (r, w) = match super::accept_secure(stream, peer, &tls).await {
+            // The same checks as the peer port's once Raft runs (sslQuorum, SASL and the rest).
+            let (r, w) = match super::accept_secure(stream, peer, &security.tls).await {
                 Ok(halves) => halves,
                 Err(why) => return super::refused(peer, &why),
             };
             let mut reader = FramedRead::new(r, codec());
             let mut writer = FramedWrite::new(w, codec());
+            let mut gate = super::Gate::new(&security);
             while let Some(Ok(frame)) = reader.next().await {
                 let Ok(env) = postcard::from_bytes::<Envelope<PeerRequest>>(&frame) else { return };
-                if env.version != PROTOCOL_VERSION || !matches!(env.body, PeerRequest::Bootstrap) {
+                if env.version != PROTOCOL_VERSION {
                     return;
                 }
-                let answer = Envelope { version: PROTOCOL_VERSION, id: env.id, body: PeerResponse::Bootstrap(state) };
+                let (body, last) = match gate.check(&env.body) {
+                    super::Verdict::Serve if matches!(env.body, PeerRequest::Bootstrap) => {
+                        (PeerResponse::Bootstrap(state), false)
+                    }
+                    super::Verdict::Serve => return,
+                    super::Verdict::Answer(body) => (body, false),
+                    super::Verdict::Refuse(body, why) => {
+                        super::refused(peer, &why);
+                        match body {
+                            Some(body) => (body, true),
+                            None => return,
+                        }
+                    }
+                };
+                let answer = Envelope { version: PROTOCOL_VERSION, id: env.id, body };
                 let Ok(bytes) = postcard::to_stdvec(&answer) else { return };
-                if writer.send(Bytes::from(bytes)).await.is_err() {
+                if writer.send(Bytes::from(bytes)).await.is_err() || last {
                     return;
                 }
             }

@@ -19,6 +19,13 @@
 //! record starts with 0x16; a frame's length never does, as [`MAX_FRAME`] is below 0x16 << 24).
 //! See [`crate::tls::QuorumTls`].
 //!
+//! With `quorum.auth.enableSasl` a member opening a connection first authenticates with
+//! DIGEST-MD5 as its `QuorumLearner` JAAS section names it, in [`PeerRequest::Sasl`] frames
+//! the accepting member checks against its `QuorumServer` users ([`Gate`]); with
+//! `quorum.auth.serverRequireSasl` a connection that has not done so is closed at its first
+//! other request, and with `quorum.auth.learnerRequireSasl` a member drops a connection to a
+//! member that does not take SASL.
+//!
 //! This module calls the Raft handle and a [`PeerHandler`]; it never touches the tree.
 
 pub mod bootstrap;
@@ -52,6 +59,7 @@ use crate::raft::network::Transport;
 use crate::raft::network::TransportError;
 use crate::raft::Raft;
 use crate::raft::TxnBatch;
+use crate::sasl::QuorumSasl;
 use crate::tls::QuorumTls;
 use crate::tree::txn::TxnResult;
 
@@ -78,6 +86,8 @@ pub enum PeerRequest {
     ValidateSession(i64),
     /// A new member asks how this one starts (see [`bootstrap`]).
     Bootstrap,
+    /// A SASL token of the connecting member (its first is empty); see [`Gate`].
+    Sasl(Vec<u8>),
 }
 
 /// The answer to a [`PeerRequest`].
@@ -90,6 +100,131 @@ pub enum PeerResponse {
     /// Whether the session is alive, and the leader's last applied zxid when it looked.
     ValidateSession(Result<(bool, i64), String>),
     Bootstrap(bootstrap::BootstrapState),
+    /// The next SASL token, or why the exchange failed (or is not taken here).
+    Sasl(Result<SaslAnswer, String>),
+}
+
+/// The accepting member's SASL token.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum SaslAnswer {
+    Challenge(Vec<u8>),
+    /// Authenticated; the last token (DIGEST-MD5's `rspauth`).
+    Done(Vec<u8>),
+}
+
+/// What an accepting member answers a SASL request with when it does not take SASL.
+const SASL_NOT_TAKEN: &str = "SASL between members is not enabled here";
+
+/// How a member's peer connections are secured: TLS ([`QuorumTls`]) and SASL
+/// (`quorum.auth.*`).
+pub struct PeerSecurity {
+    pub tls: QuorumTls,
+    pub sasl: Option<QuorumSasl>,
+}
+
+impl PeerSecurity {
+    pub fn plain() -> PeerSecurity {
+        PeerSecurity { tls: QuorumTls::plain(), sasl: None }
+    }
+}
+
+/// One accepted connection's SASL state: what it may do before and after authenticating.
+pub(crate) struct Gate<'a> {
+    sasl: Option<&'a QuorumSasl>,
+    exchange: Option<crate::sasl::Conversation>,
+    authenticated: Option<String>,
+}
+
+/// What a [`Gate`] says about one request.
+pub(crate) enum Verdict {
+    /// Serve it.
+    Serve,
+    /// A SASL step: answer with this.
+    Answer(PeerResponse),
+    /// Answer with this, then close the connection (why).
+    Refuse(Option<PeerResponse>, String),
+}
+
+impl<'a> Gate<'a> {
+    pub(crate) fn new(security: &'a PeerSecurity) -> Gate<'a> {
+        Gate { sasl: security.sasl.as_ref(), exchange: None, authenticated: None }
+    }
+
+    pub(crate) fn check(&mut self, request: &PeerRequest) -> Verdict {
+        let Some(sasl) = self.sasl else {
+            return match request {
+                PeerRequest::Sasl(_) => Verdict::Answer(PeerResponse::Sasl(Err(SASL_NOT_TAKEN.into()))),
+                _ => Verdict::Serve,
+            };
+        };
+        match request {
+            PeerRequest::Sasl(token) => {
+                let step = self.exchange.get_or_insert_with(|| sasl.server.conversation()).step(token);
+                match step {
+                    Ok(crate::sasl::Step::Continue(c)) => {
+                        Verdict::Answer(PeerResponse::Sasl(Ok(SaslAnswer::Challenge(c))))
+                    }
+                    Ok(crate::sasl::Step::Done { reply, authorized }) => {
+                        tracing::debug!(member = authorized.as_str(), "peer authenticated (SASL)");
+                        self.authenticated = Some(authorized);
+                        Verdict::Answer(PeerResponse::Sasl(Ok(SaslAnswer::Done(reply.unwrap_or_default()))))
+                    }
+                    Err(e) => Verdict::Refuse(Some(PeerResponse::Sasl(Err(e.to_string()))), format!("SASL: {e}")),
+                }
+            }
+            _ if self.authenticated.is_none() && sasl.server_require => {
+                Verdict::Refuse(None, "it did not authenticate with SASL (quorum.auth.serverRequireSasl)".into())
+            }
+            _ => Verdict::Serve,
+        }
+    }
+}
+
+/// The connecting member's side of the SASL exchange, on a fresh connection before any
+/// other request. `Ok` when authenticated, or when the other member does not take SASL and
+/// `quorum.auth.learnerRequireSasl` is off.
+async fn authenticate(
+    addr: &str,
+    r: BoxRead,
+    w: BoxWrite,
+    sasl: &QuorumSasl,
+    limit: Duration,
+) -> Result<(BoxRead, BoxWrite), PeerError> {
+    let failed = |why: String| PeerError::Connect(addr.to_owned(), why);
+    let mut reader = FramedRead::new(r, codec());
+    let mut writer: Writer = FramedWrite::new(w, codec());
+    let mut client = sasl.learner();
+    let exchange = async {
+        let mut token = Vec::new();
+        loop {
+            let frame =
+                postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id: 0, body: PeerRequest::Sasl(token) })
+                    .map_err(|e| failed(e.to_string()))?;
+            writer.send(Bytes::from(frame)).await.map_err(|e| failed(format!("SASL: {e}")))?;
+            let frame = reader
+                .next()
+                .await
+                .ok_or_else(|| failed("closed during SASL".into()))?
+                .map_err(|e| failed(format!("SASL: {e}")))?;
+            let env: Envelope<PeerResponse> = postcard::from_bytes(&frame).map_err(|e| failed(e.to_string()))?;
+            match env.body {
+                PeerResponse::Sasl(Ok(SaslAnswer::Challenge(c))) => {
+                    token = client.respond(&c).map_err(|e| failed(format!("SASL: {e}")))?;
+                }
+                PeerResponse::Sasl(Ok(SaslAnswer::Done(last))) => {
+                    return client.verify(&last).map_err(|e| failed(format!("SASL: {e}")));
+                }
+                PeerResponse::Sasl(Err(why)) if why == SASL_NOT_TAKEN && !sasl.learner_require => {
+                    tracing::debug!(%addr, "peer does not take SASL; going on without (quorum.auth.learnerRequireSasl=false)");
+                    return Ok(());
+                }
+                PeerResponse::Sasl(Err(why)) => return Err(failed(format!("SASL: {why}"))),
+                other => return Err(failed(format!("SASL: unexpected answer {other:?}"))),
+            }
+        }
+    };
+    tokio::time::timeout(limit, exchange).await.map_err(|_| failed("the SASL exchange timed out".into()))??;
+    Ok((reader.into_inner(), writer.into_inner()))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -271,15 +406,15 @@ impl Drop for Connection {
 #[derive(Clone)]
 pub struct PeerClient {
     addr: String,
-    tls: Arc<QuorumTls>,
+    security: Arc<PeerSecurity>,
     /// The live connection; std `Mutex`, held only to swap it.
     conn: Arc<Mutex<Option<Arc<Connection>>>>,
 }
 
 impl PeerClient {
-    /// A client for the peer at `addr` (`host:peerPort`), over TLS if `tls` says so.
-    pub fn new(addr: String, tls: Arc<QuorumTls>) -> PeerClient {
-        PeerClient { addr, tls, conn: Arc::new(Mutex::new(None)) }
+    /// A client for the peer at `addr` (`host:peerPort`), secured as `security` says.
+    pub fn new(addr: String, security: Arc<PeerSecurity>) -> PeerClient {
+        PeerClient { addr, security, conn: Arc::new(Mutex::new(None)) }
     }
 
     async fn connection(&self, connect_timeout: Duration) -> Result<Arc<Connection>, PeerError> {
@@ -297,7 +432,7 @@ impl PeerClient {
         }
         let stream = connect(&self.addr, connect_timeout).await?;
         tune(&stream);
-        let (r, w) = match &self.tls.connector {
+        let (r, w) = match &self.security.tls.connector {
             None => plain_halves(stream),
             Some(connector) => {
                 let lost = |why: String| PeerError::Connect(self.addr.clone(), why);
@@ -308,6 +443,10 @@ impl PeerClient {
                     .map_err(|e| lost(format!("TLS handshake: {e}")))?;
                 tls_halves(stream)
             }
+        };
+        let (r, w) = match &self.security.sasl {
+            Some(sasl) => authenticate(&self.addr, r, w, sasl, connect_timeout.max(Duration::from_secs(1))).await?,
+            None => (r, w),
         };
         let pending: PendingMap = Arc::new(Mutex::new(Some(Inflight::new())));
         let reader = tokio::spawn(read_answers(self.addr.clone(), r, pending.clone()));
@@ -429,7 +568,7 @@ pub trait PeerHandler: Send + Sync + 'static {
 pub async fn serve<H: PeerHandler>(
     listener: TcpListener,
     handler: Arc<H>,
-    tls: Arc<QuorumTls>,
+    security: Arc<PeerSecurity>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
@@ -442,13 +581,13 @@ pub async fn serve<H: PeerHandler>(
             continue;
         };
         tune(&stream);
-        let (h, tls) = (handler.clone(), tls.clone());
+        let (h, security) = (handler.clone(), security.clone());
         tokio::spawn(async move {
-            let halves = match accept_secure(stream, peer, &tls).await {
+            let halves = match accept_secure(stream, peer, &security.tls).await {
                 Ok(halves) => halves,
                 Err(why) => return refused(peer, &why),
             };
-            if let Err(e) = server_connection(halves, h).await {
+            if let Err(e) = server_connection(halves, h, Gate::new(&security), peer).await {
                 tracing::debug!(%peer, error = %e, "peer connection ended");
             }
         });
@@ -528,7 +667,12 @@ async fn answer(writer: &mut Writer, id: u64, body: PeerResponse) -> Result<(), 
 /// One peer connection, served on one task: requests are read and answered here, and those
 /// whose answer takes a while (forwarded writes, read index, votes) wait in `waiting`, polled
 /// by the same task, so no answer is handed to another task on its way out.
-async fn server_connection<H: PeerHandler>(halves: (BoxRead, BoxWrite), h: Arc<H>) -> Result<(), PeerError> {
+async fn server_connection<H: PeerHandler>(
+    halves: (BoxRead, BoxWrite),
+    h: Arc<H>,
+    mut gate: Gate<'_>,
+    peer: std::net::SocketAddr,
+) -> Result<(), PeerError> {
     let (r, w) = halves;
     let mut reader = FramedRead::new(r, codec());
     let mut writer: Writer = FramedWrite::new(w, codec());
@@ -551,6 +695,20 @@ async fn server_connection<H: PeerHandler>(halves: (BoxRead, BoxWrite), h: Arc<H
             return Err(PeerError::Codec(format!("protocol version {}", env.version)));
         }
         let id = env.id;
+        match gate.check(&env.body) {
+            Verdict::Serve => {}
+            Verdict::Answer(body) => {
+                answer(&mut writer, id, body).await?;
+                continue;
+            }
+            Verdict::Refuse(body, why) => {
+                if let Some(body) = body {
+                    answer(&mut writer, id, body).await?;
+                }
+                refused(peer, &why);
+                return Ok(());
+            }
+        }
         match env.body {
             // Submitted here, in arrival order; only the wait is concurrent.
             PeerRequest::Forward(batch) => {
@@ -565,6 +723,8 @@ async fn server_connection<H: PeerHandler>(halves: (BoxRead, BoxWrite), h: Arc<H
                 let alive = h.validate_session(session);
                 answer(&mut writer, id, PeerResponse::ValidateSession(alive)).await?;
             }
+            // The gate answered it above.
+            PeerRequest::Sasl(_) => {}
             PeerRequest::Bootstrap => {
                 answer(&mut writer, id, PeerResponse::Bootstrap(h.bootstrap())).await?;
             }
@@ -610,24 +770,24 @@ async fn server_connection<H: PeerHandler>(halves: (BoxRead, BoxWrite), h: Arc<H
 pub struct Peers {
     /// std `Mutex`: held only to look up or swap a client.
     clients: Arc<Mutex<HashMap<u64, PeerClient>>>,
-    tls: Arc<QuorumTls>,
+    security: Arc<PeerSecurity>,
 }
 
 impl Default for Peers {
     fn default() -> Self {
-        Peers::new(Arc::new(QuorumTls::plain()))
+        Peers::new(Arc::new(PeerSecurity::plain()))
     }
 }
 
 impl Peers {
-    /// The clients of the other members, connecting as `tls` says.
-    pub fn new(tls: Arc<QuorumTls>) -> Peers {
-        Peers { clients: Default::default(), tls }
+    /// The clients of the other members, connecting as `security` says.
+    pub fn new(security: Arc<PeerSecurity>) -> Peers {
+        Peers { clients: Default::default(), security }
     }
 
     /// How this member's peer connections are secured.
-    pub fn tls(&self) -> Arc<QuorumTls> {
-        self.tls.clone()
+    pub fn security(&self) -> Arc<PeerSecurity> {
+        self.security.clone()
     }
 
     /// The client of member `id` at `addr`.
@@ -636,7 +796,7 @@ impl Peers {
         match clients.get(&id) {
             Some(c) if c.addr == addr => c.clone(),
             _ => {
-                let c = PeerClient::new(addr.to_owned(), self.tls.clone());
+                let c = PeerClient::new(addr.to_owned(), self.security.clone());
                 clients.insert(id, c.clone());
                 c
             }
@@ -667,7 +827,7 @@ impl Transport for Peers {
     type Client = RaftClient;
 
     fn connect(&self, _target: u64, addr: &str) -> RaftClient {
-        RaftClient(PeerClient::new(addr.to_owned(), self.tls.clone()))
+        RaftClient(PeerClient::new(addr.to_owned(), self.security.clone()))
     }
 }
 

@@ -58,6 +58,54 @@ impl DigestMd5 {
     }
 }
 
+/// The client side of an exchange (a member authenticating to another, as ZooKeeper's
+/// `QuorumLearner` does): answers the server's challenge, then checks its `rspauth`.
+pub struct DigestClient {
+    user: String,
+    password: Password,
+    expected_rspauth: Option<String>,
+}
+
+impl DigestClient {
+    pub fn new(user: String, password: Password) -> DigestClient {
+        DigestClient { user, password, expected_rspauth: None }
+    }
+
+    /// The digest-response to the server's challenge.
+    pub fn respond(&mut self, challenge: &[u8]) -> Result<Vec<u8>, SaslError> {
+        let d = directives(&String::from_utf8_lossy(challenge))?;
+        let nonce = d.get("nonce").ok_or_else(|| SaslError::Protocol("the challenge has no nonce".into()))?;
+        if !d.get("qop").is_none_or(|q| q.split(',').any(|q| q.trim() == "auth")) {
+            return Err(SaslError::Protocol("the server offers no qop auth".into()));
+        }
+        let realm = d.get("realm").map(String::as_str).unwrap_or(REALM);
+        let cnonce = new_nonce();
+        let nc = "00000001";
+        let password = self.password.expose();
+        let response =
+            response_value(&self.user, realm, password, nonce, &cnonce, None, nc, DIGEST_URI, "AUTHENTICATE");
+        self.expected_rspauth =
+            Some(response_value(&self.user, realm, password, nonce, &cnonce, None, nc, DIGEST_URI, ""));
+        let quote = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
+        Ok(format!(
+            "charset=utf-8,username=\"{}\",realm=\"{}\",nonce=\"{}\",nc={nc},cnonce=\"{cnonce}\",digest-uri=\"{DIGEST_URI}\",maxbuf=65536,response={response},qop=auth",
+            quote(&self.user),
+            quote(realm),
+            quote(nonce),
+        )
+        .into_bytes())
+    }
+
+    /// Checks the server's last token (`rspauth=...`): it knew the password too.
+    pub fn verify(&self, last: &[u8]) -> Result<(), SaslError> {
+        let d = directives(&String::from_utf8_lossy(last))?;
+        match (d.get("rspauth"), &self.expected_rspauth) {
+            (Some(got), Some(want)) if got.eq_ignore_ascii_case(want) => Ok(()),
+            _ => Err(SaslError::Failed("the server's rspauth does not match: it does not know the password".into())),
+        }
+    }
+}
+
 /// A fresh server nonce: 30 random bytes in base64 (as Java's server makes one).
 fn new_nonce() -> String {
     use base64::Engine;
@@ -241,6 +289,26 @@ mod tests {
         format!(
             "charset=utf-8,username=\"{user}\",realm=\"{REALM}\",nonce=\"{nonce}\",nc=00000001,cnonce=\"{cnonce}\",digest-uri=\"{DIGEST_URI}\",maxbuf=65536,response={resp},qop=auth"
         )
+    }
+
+    #[test]
+    fn our_client_and_server_agree_and_catch_a_wrong_password() {
+        let mut server = DigestMd5::new(users());
+        let Ok(Step::Continue(challenge)) = server.step(b"") else { panic!() };
+        let mut client = DigestClient::new("bob".into(), Password::new("bobsecret".into()));
+        let response = client.respond(&challenge).unwrap();
+        match server.step(&response) {
+            Ok(Step::Done { reply: Some(rspauth), authorized }) => {
+                assert_eq!(authorized, "bob");
+                client.verify(&rspauth).unwrap();
+                assert!(client.verify(b"rspauth=00000000000000000000000000000000").is_err());
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut server = DigestMd5::new(users());
+        let Ok(Step::Continue(challenge)) = server.step(b"") else { panic!() };
+        let mut client = DigestClient::new("bob".into(), Password::new("guess".into()));
+        assert!(matches!(server.step(&client.respond(&challenge).unwrap()), Err(SaslError::Failed(_))));
     }
 
     #[test]

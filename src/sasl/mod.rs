@@ -257,6 +257,75 @@ impl SaslServer {
     }
 }
 
+/// Whether the JAAS file at `path` can be read and has section `name`.
+pub fn has_section(path: &Path, name: &str) -> bool {
+    std::fs::read_to_string(path).ok().and_then(|t| jaas::parse(&t).ok()).is_some_and(|j| j.section(name).is_some())
+}
+
+/// Members authenticating each other with DIGEST-MD5 (ZooKeeper's `quorum.auth.*`): the
+/// users a member accepts (JAAS `QuorumServer` section, `user_<name>` options) and the name
+/// and password it presents (`QuorumLearner` section, `username` and `password`).
+#[derive(Debug, Clone)]
+pub struct QuorumSasl {
+    pub server: SaslServer,
+    pub learner_user: String,
+    pub learner_password: Password,
+    /// `quorum.auth.serverRequireSasl`: a member that does not authenticate is refused.
+    pub server_require: bool,
+    /// `quorum.auth.learnerRequireSasl`: never talk to a member that does not take SASL.
+    pub learner_require: bool,
+}
+
+impl QuorumSasl {
+    /// Reads the two sections of the JAAS file at `path`; the error says what is wrong.
+    pub fn from_jaas_file(
+        path: &Path,
+        server_section: &str,
+        learner_section: &str,
+        server_require: bool,
+        learner_require: bool,
+    ) -> Result<QuorumSasl, String> {
+        let server = SaslServer::from_jaas_file(path, server_section, NameRules::default())?;
+        if server.kerberos.is_some() || server.users.is_empty() {
+            return Err(format!(
+                "{}: section {server_section}: between members only DigestLoginModule (user_<name>=\"<password>\") \
+                 is supported",
+                path.display()
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let jaas = jaas::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let modules = jaas
+            .section(learner_section)
+            .ok_or_else(|| format!("{} has no section named {learner_section}", path.display()))?;
+        let digest = modules.iter().find(|m| m.class == DIGEST_LOGIN_MODULE).ok_or_else(|| {
+            format!(
+                "{}: section {learner_section}: between members only DigestLoginModule (username, password) is supported",
+                path.display()
+            )
+        })?;
+        let opt = |k: &str| digest.options.iter().find(|(o, _)| o == k).map(|(_, v)| v.clone());
+        let learner_user = opt("username").ok_or_else(|| {
+            format!("{}: section {learner_section}: DigestLoginModule needs username", path.display())
+        })?;
+        let learner_password = opt("password").ok_or_else(|| {
+            format!("{}: section {learner_section}: DigestLoginModule needs password", path.display())
+        })?;
+        Ok(QuorumSasl {
+            server,
+            learner_user,
+            learner_password: Password::new(learner_password),
+            server_require,
+            learner_require,
+        })
+    }
+
+    /// A client exchange, as this member presents itself to another.
+    pub fn learner(&self) -> digest_md5::DigestClient {
+        digest_md5::DigestClient::new(self.learner_user.clone(), self.learner_password.clone())
+    }
+}
+
 enum Mech {
     Unchosen,
     Digest(digest_md5::DigestMd5),
