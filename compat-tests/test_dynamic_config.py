@@ -79,10 +79,11 @@ def test_dynamic_config_file_starts_one_ensemble():
         ({"secureClientPort": "2281"}, "ssl.keyStore.location", "no key store"),
         ({"secureClientPort": "2281", "ssl.keyStore.location": "/nonexistent/keystore.pem"},
          "ssl.keyStore.location", "No such file"),
-        ({"sslQuorum": "true"}, "sslQuorum", "not supported"),
-        ({"authProvider.1": "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"}, "authProvider.1",
-         "not supported"),
-        ({"enforce.auth.enabled": "true"}, "enforce.auth.enabled", "not supported"),
+        ({"sslQuorum": "true"}, "ssl.quorum.keyStore.location", "this store is not set"),
+        ({"authProvider.1": "com.example.CustomAuthenticationProvider"}, "authProvider.1", "not supported"),
+        ({"enforce.auth.enabled": "true"}, "enforce.auth.schemes", "no scheme is named"),
+        ({"enforce.auth.enabled": "true", "enforce.auth.schemes": "sasl"}, "enforce.auth.schemes", "no JAAS"),
+        ({"requireClientAuthScheme": "sasl"}, "requireClientAuthScheme", "not supported"),
     ],
 )
 def test_security_config_is_refused_not_ignored(cfg, named, phrase):

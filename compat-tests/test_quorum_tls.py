@@ -84,6 +84,42 @@ def write_and_check_everywhere(ens: ensemble.Ensemble, path: str, value: bytes) 
             zk.close()
 
 
+def create(hostport: str, path: str, value: bytes) -> None:
+    zk = client(hostport)
+    try:
+        zk.create(path, value)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def assert_synced(hostport: str, path: str, value: bytes) -> None:
+    """After sync, the member at `hostport` has `path` = `value`."""
+    zk = client(hostport)
+    try:
+        zk.sync(path)
+        assert zk.get(path)[0] == value, hostport
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def restart_with(ens: ensemble.Ensemble, i: int, cfg: dict) -> None:
+    """Restarts member i with `cfg`'s keys and waits until the ensemble is stable."""
+    ens.stop(i)
+    reconfigure(ens, i, cfg)
+    ens.start(i)
+    ens.wait_stable(60)
+
+
+def start_two_of_three(ens: ensemble.Ensemble) -> None:
+    """Starts every member; waits until members 1 and 2 serve (one leads)."""
+    for m in ens.members:
+        m.start(wait=False)
+    modes = wait_modes(ens, lambda md: sorted(md[:2]) == ["follower", "leader"], 60)
+    assert sorted(modes[:2]) == ["follower", "leader"], modes
+
+
 def probe_plain(port: int) -> bytes | None:
     """Sends a plaintext frame to a peer port. Returns what came back before the server closed
     the connection (a TLS server sends at most an alert), or None if it was still open 5 s later."""
@@ -166,31 +202,14 @@ def test_a_plaintext_member_is_kept_out_until_it_speaks_tls(pki):
     try:
         reconfigure(ens, 2, {"sslQuorum": "false", "ssl.quorum.keyStore.location": None,
                              "ssl.quorum.trustStore.location": None})
-        for m in ens.members:
-            m.start(wait=False)
-        modes = wait_modes(ens, lambda md: sorted(md[:2]) == ["follower", "leader"], 60)
-        assert sorted(modes[:2]) == ["follower", "leader"], modes
+        start_two_of_three(ens)
         path = f"/qtls-mixed-{uuid.uuid4().hex[:8]}"
-        zk = client(ens.hostports[0])
-        try:
-            zk.create(path, b"tls only")
-        finally:
-            zk.stop()
-            zk.close()
+        create(ens.hostports[0], path, b"tls only")
         # Member 3 (plaintext) gets nowhere: it never serves while the others do.
         modes = wait_modes(ens, lambda md: md[2] in ("leader", "follower"), 10)
         assert modes[2] not in ("leader", "follower"), f"a plaintext member joined a TLS quorum: {modes}"
-        ens.stop(2)
-        reconfigure(ens, 2, tls_cfg(pki))
-        ens.start(2)
-        ens.wait_stable(60)
-        zk = client(ens.hostports[2])
-        try:
-            zk.sync(path)
-            assert zk.get(path)[0] == b"tls only"
-        finally:
-            zk.stop()
-            zk.close()
+        restart_with(ens, 2, tls_cfg(pki))
+        assert_synced(ens.hostports[2], path, b"tls only")
     finally:
         ens.close()
 
@@ -209,23 +228,14 @@ def test_rolling_change_from_plaintext_to_tls_loses_nothing(pki):
         step("start")
         for phase, cfg in [("tls", {"sslQuorum": "true"}), ("tls-only", {"portUnification": None})]:
             for i in range(3):
-                ens.stop(i)
-                reconfigure(ens, i, cfg)
-                ens.start(i)
-                ens.wait_stable(60)
+                restart_with(ens, i, cfg)
                 step(f"{phase}-{i + 1}")
         port = ens.peer_ports[ens.leader()]
         plain = probe_plain(port)
         assert plain is not None and (plain == b"" or plain[:1] == b"\x15"), plain
         for i in range(3):
-            zk = client(ens.hostports[i])
-            try:
-                zk.sync("/qtls-roll")
-                for path, value in written:
-                    assert zk.get(path)[0] == value, f"member {i + 1}: {path}"
-            finally:
-                zk.stop()
-                zk.close()
+            for path, value in written:
+                assert_synced(ens.hostports[i], path, value)
 
 
 def test_a_member_certificate_must_name_its_host_unless_told_otherwise(pki):

@@ -741,3 +741,77 @@ def test_certificate_reload_keeps_open_sessions(tls_factory, pki, tmp_path):
             _close(kz2)
     finally:
         _close(kz)
+
+
+# -- the admin server over HTTPS ---------------------------------------------------------------
+
+def _admin_get(url: str, ca=None, timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET url (https: verified against `ca`, host name not checked: the server certificate
+    names 127.0.0.1 by IP); (status, body)."""
+    import urllib.request
+
+    ctx = None
+    if url.startswith("https:"):
+        ctx = ssl.create_default_context(cafile=str(ca))
+        ctx.check_hostname = False
+    with urllib.request.urlopen(url, timeout=timeout, context=ctx) as r:
+        return r.status, r.read()
+
+
+def _wait_admin(url: str, ca=None, seconds: float = 30.0) -> tuple[int, bytes]:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return _admin_get(url, ca)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("mode", ["admin.forceHttps", "admin.portUnification"])
+def test_admin_server_over_https_with_the_quorum_key_store(pki, mode):
+    """ZooKeeper's admin server speaks HTTPS with the ssl.quorum.* key store: only TLS with
+    admin.forceHttps, TLS and plaintext on one port with admin.portUnification."""
+    port = harness.free_port()
+    srv = harness.Server(name="admin-https", extra_cfg={
+        "admin.enableServer": "true", "admin.serverAddress": "127.0.0.1", "admin.serverPort": port,
+        mode: "true",
+        "ssl.quorum.keyStore.location": str(pki.server.pem),
+        "ssl.quorum.trustStore.location": str(pki.ca),
+    })
+    srv.start()
+    try:
+        status, body = _wait_admin(f"https://127.0.0.1:{port}/commands/ruok", pki.ca)
+        assert status == 200 and b'"command"' in body and b"ruok" in body, body
+        # A client that does not trust the server's CA gets no answer.
+        with pytest.raises(OSError):
+            _admin_get(f"https://127.0.0.1:{port}/commands/ruok", pki.rogue_ca)
+        if mode == "admin.forceHttps":
+            # Plain HTTP gets no HTTP answer: a closed connection or a TLS alert's bytes.
+            import http.client
+
+            with pytest.raises((OSError, http.client.HTTPException)):
+                _admin_get(f"http://127.0.0.1:{port}/commands/ruok")
+        else:
+            status, body = _admin_get(f"http://127.0.0.1:{port}/commands/ruok")
+            assert status == 200 and b"ruok" in body, body
+    finally:
+        srv.stop()
+        srv.close()
+
+
+@pytest.mark.skipif(harness.default_kind() != "warden", reason="Warden-only: start-up errors")
+def test_admin_https_without_a_usable_key_store_stops_start_up(pki, tmp_path):
+    for extra, key in [
+        ({}, "ssl.quorum.keyStore.location"),
+        ({"ssl.quorum.keyStore.location": str(tmp_path / "missing.pem")}, "ssl.quorum.keyStore.location"),
+    ]:
+        srv = harness.Server(name="admin-https-bad", extra_cfg={
+            "admin.enableServer": "true", "admin.serverPort": harness.free_port(), "admin.forceHttps": "true", **extra})
+        try:
+            proc = subprocess.run(srv.command(), capture_output=True, text=True, timeout=30)
+            err = proc.stdout + proc.stderr
+            assert proc.returncode == 2 and key in err, err
+        finally:
+            srv.close()
