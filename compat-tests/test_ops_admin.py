@@ -30,6 +30,10 @@ warden_only = pytest.mark.skipif(
 )
 
 
+# Warden's admin.authToken (ZooKeeper ignores the key): the kill endpoint is off without one.
+ADMIN_TOKEN = "ops-admin-token"
+
+
 def admin_cfg(port: int, **extra) -> dict:
     cfg = {"admin.enableServer": "true", "admin.serverAddress": "127.0.0.1", "admin.serverPort": port}
     cfg.update(extra)
@@ -39,8 +43,9 @@ def admin_cfg(port: int, **extra) -> dict:
 class Admin:
     """A running server plus its admin base URL."""
 
-    def __init__(self, srv: harness.Server, port: int):
+    def __init__(self, srv: harness.Server, port: int, token: str | None = None):
         self.srv = srv
+        self.token = token
         self.base = f"http://127.0.0.1:{port}"
         wait_http(self.base + "/commands/ruok")
 
@@ -54,15 +59,18 @@ class Admin:
         return json.loads(body)
 
     def post(self, path: str, headers=None):
+        """POST, with the bearer token (if the server has one) unless headers are given."""
+        if headers is None and self.token:
+            headers = {"Authorization": f"Bearer {self.token}"}
         return http("POST", self.base + path, headers)
 
 
 @pytest.fixture(scope="module")
 def admin():
     port = harness.free_port()
-    srv = harness.started(None, name="ops-admin", extra_cfg=admin_cfg(port))
+    srv = harness.started(None, name="ops-admin", extra_cfg=admin_cfg(port, **{"admin.authToken": ADMIN_TOKEN}))
     try:
-        yield Admin(srv, port)
+        yield Admin(srv, port, ADMIN_TOKEN)
     finally:
         srv.close()
 
@@ -392,6 +400,24 @@ def test_kill_by_decimal_id_and_bad_ids(admin):
         finally:
             other.stop()
             other.close()
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@warden_only
+def test_kill_is_off_without_a_token(server_factory):
+    """Without admin.authToken the mutating endpoint answers 403 and kills nothing."""
+    port = harness.free_port()
+    srv = server_factory(extra_cfg=admin_cfg(port))
+    adm = Admin(srv, port)
+    zk = started_kazoo(srv.hostport)
+    try:
+        zk.create("/no-token-eph", b"", ephemeral=True)
+        sid = hex(zk.client_id[0])
+        status, _, body = adm.post(f"/sessions/{sid}/kill")
+        assert status == 403 and "admin.authToken" in body, (status, body)
+        assert zk.exists("/no-token-eph") is not None
     finally:
         zk.stop()
         zk.close()

@@ -3,8 +3,8 @@
 //! - `GET /sessions`: every session with its timeout, client address, serving server, time
 //!   since last heard and ephemeral count;
 //! - `POST /sessions/{id}/kill`: expires a session through the log (its ephemerals go, its
-//!   watchers are told, its client sees Expired); needs `Authorization: Bearer <token>` when
-//!   `admin.authToken` is set;
+//!   watchers are told, its client sees Expired); needs `Authorization: Bearer <token>` with
+//!   the `admin.authToken`, and is off (403) when none is set;
 //! - `GET /ready` (200 once serving clients) and `GET /health` (200 while the process runs).
 //!
 //! With `admin.forceHttps` it speaks TLS only, with `admin.portUnification` TLS and plaintext
@@ -295,12 +295,19 @@ fn parse_session_id(s: &str) -> Option<i64> {
 }
 
 async fn kill(State(d): State<View>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Some(token) = &d.config.admin_token {
-        let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token.as_str()) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({ "error": "a valid bearer token is required" })))
-                .into_response();
-        }
+    // A mutating endpoint answers only an authenticated caller: without a token configured
+    // it is off.
+    let Some(token) = &d.config.admin_token else {
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({ "error": "killing sessions is off: set admin.authToken to turn it on" })),
+        )
+            .into_response();
+    };
+    let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if given != Some(token.as_str()) {
+        return (StatusCode::UNAUTHORIZED, Json(json!({ "error": "a valid bearer token is required" })))
+            .into_response();
     }
     let Some(session_id) = parse_session_id(&id) else {
         return (StatusCode::BAD_REQUEST, Json(json!({ "error": format!("bad session id {id:?}") }))).into_response();
