@@ -9,8 +9,9 @@ it comes from, and keeps a member's own; a member configured for plaintext is ke
 it is given TLS; the rolling change ZooKeeper documents (portUnification on every member, then
 sslQuorum on each, then portUnification off) keeps the ensemble serving and loses no write; a
 member certificate that names no address it is reached at keeps the ensemble from forming
-unless ssl.quorum.hostnameVerification=false. Warden only: a quorum store that cannot be used
-stops start-up naming the key.
+unless ssl.quorum.hostnameVerification=false; with sslQuorumReloadCertFiles a member whose key
+store file is replaced presents the new certificate without a restart. Warden only: a quorum
+store that cannot be used stops start-up naming the key.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import struct
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -263,7 +265,7 @@ def test_a_quorum_store_that_cannot_be_used_stops_start_up(pki, case, tmp_path):
         "missing_key_store": ({"ssl.quorum.keyStore.location": str(tmp_path / "nope.pem")},
                               "ssl.quorum.keyStore.location"),
         "trust_store_without_ca": ({"ssl.quorum.trustStore.location": str(empty)}, "ssl.quorum.trustStore.location"),
-        "reload": ({"sslQuorumReloadCertFiles": "true"}, "sslQuorumReloadCertFiles"),
+        "reload": ({"sslQuorumReloadCertFiles": "maybe"}, "sslQuorumReloadCertFiles"),
     }[case]
     ens = ensemble.Ensemble(3, name="qtls-bad", extra_cfg={**tls_cfg(pki), **cfg})
     try:
@@ -272,5 +274,48 @@ def test_a_quorum_store_that_cannot_be_used_stops_start_up(pki, case, tmp_path):
         out = r.stdout + r.stderr
         assert r.returncode == 2, f"exit {r.returncode}: {out}"
         assert key in out, out
+    finally:
+        ens.close()
+
+
+def presented_certificate(port: int, pki) -> bytes:
+    """The DER certificate a peer port presents to a member (client certificate: server)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(str(pki.ca))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(pki.server.crt), str(pki.server.key))
+    with socket.create_connection((harness.HOST, port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            return s.getpeercert(binary_form=True)
+
+
+def der(leaf) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(Path(leaf.crt).read_text())
+
+
+def test_quorum_certificates_reload_without_a_restart(pki, tmp_path):
+    """sslQuorumReloadCertFiles=true: a member whose key store file is replaced presents the
+    new certificate on new peer connections, with no restart, and the ensemble serves on."""
+    ens = ensemble.Ensemble(3, name="qtls-reload", extra_cfg=tls_cfg(pki, sslQuorumReloadCertFiles="true"))
+    try:
+        stores = []
+        for i in range(3):
+            store = tmp_path / f"member{i + 1}.pem"
+            store.write_bytes(Path(pki.server.pem).read_bytes())
+            stores.append(store)
+            reconfigure(ens, i, {"ssl.quorum.keyStore.location": str(store)})
+        ens.start()
+        write_and_check_everywhere(ens, f"/qtls-reload-{uuid.uuid4().hex[:8]}", b"before")
+        leader = ens.leader()
+        port = ens.peer_ports[leader]
+        assert presented_certificate(port, pki) == der(pki.server)
+        # Replaced in place (as a deploy tool rewrites it); the new leaf has the same CA and names.
+        stores[leader].write_bytes(Path(pki.server2.pem).read_bytes())
+        deadline = time.monotonic() + 20
+        while presented_certificate(port, pki) != der(pki.server2):
+            assert time.monotonic() < deadline, "the leader still presents its old certificate after 20 s"
+            time.sleep(0.5)
+        assert ens.leader() == leader, "the reload cost the leader its leadership"
+        write_and_check_everywhere(ens, f"/qtls-reload-after-{uuid.uuid4().hex[:8]}", b"after")
     finally:
         ens.close()

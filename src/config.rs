@@ -199,6 +199,9 @@ pub struct QuorumTlsConfig {
     /// `ssl.quorum.clientHostnameVerification` (default: as `hostnameVerification`): a
     /// connecting member's certificate must name the address it connects from.
     pub client_hostname_verification: Option<bool>,
+    /// `sslQuorumReloadCertFiles`: a change to the quorum's store files is picked up without
+    /// a restart (new connections use it; open ones keep theirs).
+    pub reload_cert_files: bool,
 }
 
 impl Default for QuorumTlsConfig {
@@ -209,6 +212,7 @@ impl Default for QuorumTlsConfig {
             tls: TlsConfig { quorum: true, ..TlsConfig::default() },
             hostname_verification: true,
             client_hostname_verification: None,
+            reload_cert_files: false,
         }
     }
 }
@@ -748,16 +752,7 @@ impl Config {
                 }
                 "sslQuorum" => c.quorum_tls.ssl_quorum = parse_bool(raw_key, value)?,
                 "portUnification" => c.quorum_tls.port_unification = parse_bool(raw_key, value)?,
-                "sslQuorumReloadCertFiles" => {
-                    if parse_bool(raw_key, value)? {
-                        return Err(bad(
-                            raw_key,
-                            value,
-                            "reloading the quorum's certificates is not supported by this build; \
-                             restart the members one at a time instead",
-                        ));
-                    }
-                }
+                "sslQuorumReloadCertFiles" => c.quorum_tls.reload_cert_files = parse_bool(raw_key, value)?,
                 "ssl.quorum.hostnameVerification" => c.quorum_tls.hostname_verification = parse_bool(raw_key, value)?,
                 "ssl.quorum.clientHostnameVerification" => {
                     c.quorum_tls.client_hostname_verification = Some(parse_bool(raw_key, value)?)
@@ -1173,7 +1168,7 @@ mod tests {
     #[test]
     fn security_keys_are_refused_not_ignored() {
         for (k, v) in [
-            ("sslQuorumReloadCertFiles", "true"),
+            ("sslQuorumReloadCertFiles", "maybe"),
             ("ssl.quorum.foo", "bar"),
             ("ssl.quorum.clientAuth", "maybe"),
             ("quorum.auth.enableSasl", "true"),

@@ -370,10 +370,11 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         Peers::default()
     } else {
         Peers::new(Arc::new(crate::peer::PeerSecurity {
-            tls: crate::tls::QuorumTls::new(&config.quorum_tls).map_err(ServerError::Tls)?,
+            tls: Arc::new(crate::tls::QuorumTls::new(&config.quorum_tls).map_err(ServerError::Tls)?),
             sasl: config.quorum_sasl.clone(),
         }))
     };
+    let quorum_tls = peers.security().tls.clone();
     let (peer_listener, zookeeper_zxid) = if standalone {
         import_zookeeper_data(&layout, &options)?;
         (None, None)
@@ -473,6 +474,9 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     };
     if let Some(a) = &acceptor {
         tasks.push(tokio::spawn(a.clone().reload(stop_rx.clone())));
+    }
+    if quorum_tls.reloads() {
+        tasks.push(tokio::spawn(quorum_tls.reload(stop_rx.clone())));
     }
     let mut listeners = Vec::new();
     if config.plaintext_client_port {

@@ -400,22 +400,32 @@ impl ServerCertVerifier for AnyName {
 }
 
 /// TLS between members, built from the quorum's settings: how the peer port accepts
-/// connections and how this member opens its own.
+/// connections and how this member opens its own. With `sslQuorumReloadCertFiles`
+/// ([`QuorumTls::reload`]) both are built again when the store files change; open
+/// connections keep what they were made with.
 pub struct QuorumTls {
     /// TLS on the peer port; `None`: plaintext only.
-    pub acceptor: Option<tokio_rustls::TlsAcceptor>,
+    acceptor: Option<RwLock<tokio_rustls::TlsAcceptor>>,
     /// Plaintext connections are taken too (no TLS at all, or `portUnification`).
     pub accept_plain: bool,
     /// TLS for the connections this member opens (`sslQuorum`).
-    pub connector: Option<tokio_rustls::TlsConnector>,
+    connector: Option<RwLock<tokio_rustls::TlsConnector>>,
     /// A connecting member's certificate must name the address it connects from.
     pub verify_peer_address: bool,
+    /// What it was built from (to build it again).
+    settings: QuorumTlsConfig,
 }
 
 impl QuorumTls {
     /// Members talk in the clear (no `sslQuorum`, no `portUnification`).
     pub fn plain() -> QuorumTls {
-        QuorumTls { acceptor: None, accept_plain: true, connector: None, verify_peer_address: false }
+        QuorumTls {
+            acceptor: None,
+            accept_plain: true,
+            connector: None,
+            verify_peer_address: false,
+            settings: QuorumTlsConfig::default(),
+        }
     }
 
     /// From the quorum's settings; errors name the zoo.cfg key at fault.
@@ -423,14 +433,68 @@ impl QuorumTls {
         if !q.enabled() {
             return Ok(QuorumTls::plain());
         }
+        let (acceptor, connector) = Self::build(q)?;
+        Ok(QuorumTls {
+            acceptor: Some(RwLock::new(acceptor)),
+            accept_plain: q.port_unification,
+            connector: connector.map(RwLock::new),
+            verify_peer_address: q.verify_client_hostname(),
+            settings: q.clone(),
+        })
+    }
+
+    fn build(q: &QuorumTlsConfig) -> Result<(tokio_rustls::TlsAcceptor, Option<tokio_rustls::TlsConnector>), TlsError> {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(&q.tls)?));
         let client = client_config(&q.tls, q.hostname_verification)?;
-        Ok(QuorumTls {
-            acceptor: Some(acceptor),
-            accept_plain: q.port_unification,
-            connector: q.ssl_quorum.then(|| tokio_rustls::TlsConnector::from(Arc::new(client))),
-            verify_peer_address: q.verify_client_hostname(),
-        })
+        Ok((acceptor, q.ssl_quorum.then(|| tokio_rustls::TlsConnector::from(Arc::new(client)))))
+    }
+
+    /// The acceptor for a new connection to the peer port; `None`: plaintext only.
+    pub fn acceptor(&self) -> Option<tokio_rustls::TlsAcceptor> {
+        self.acceptor.as_ref().map(|a| a.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+    }
+
+    /// The connector for a new connection to another member; `None`: plaintext.
+    pub fn connector(&self) -> Option<tokio_rustls::TlsConnector> {
+        self.connector.as_ref().map(|c| c.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+    }
+
+    /// Whether [`QuorumTls::reload`] should run (`sslQuorumReloadCertFiles`).
+    pub fn reloads(&self) -> bool {
+        self.settings.reload_cert_files && self.acceptor.is_some()
+    }
+
+    /// Watches the quorum's store files until `stop`: a change builds acceptor and connector
+    /// again; one that does not build is logged and the old ones kept.
+    pub async fn reload(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut seen = stamps(&self.settings.tls);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(RELOAD_CHECK) => {}
+                _ = stop.changed() => return,
+            }
+            let now = stamps(&self.settings.tls);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            match Self::build(&self.settings) {
+                Ok((acceptor, connector)) => {
+                    if let Some(a) = &self.acceptor {
+                        *a.write().unwrap_or_else(std::sync::PoisonError::into_inner) = acceptor;
+                    }
+                    if let (Some(c), Some(new)) = (&self.connector, connector) {
+                        *c.write().unwrap_or_else(std::sync::PoisonError::into_inner) = new;
+                    }
+                    tracing::info!(
+                        "quorum TLS stores changed: reloaded (sslQuorumReloadCertFiles); open connections keep theirs"
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "quorum TLS stores changed but cannot be used; keeping the old ones")
+                }
+            }
+        }
     }
 }
 

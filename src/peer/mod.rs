@@ -118,13 +118,13 @@ const SASL_NOT_TAKEN: &str = "SASL between members is not enabled here";
 /// How a member's peer connections are secured: TLS ([`QuorumTls`]) and SASL
 /// (`quorum.auth.*`).
 pub struct PeerSecurity {
-    pub tls: QuorumTls,
+    pub tls: Arc<QuorumTls>,
     pub sasl: Option<QuorumSasl>,
 }
 
 impl PeerSecurity {
     pub fn plain() -> PeerSecurity {
-        PeerSecurity { tls: QuorumTls::plain(), sasl: None }
+        PeerSecurity { tls: Arc::new(QuorumTls::plain()), sasl: None }
     }
 }
 
@@ -432,7 +432,7 @@ impl PeerClient {
         }
         let stream = connect(&self.addr, connect_timeout).await?;
         tune(&stream);
-        let (r, w) = match &self.security.tls.connector {
+        let (r, w) = match self.security.tls.connector() {
             None => plain_halves(stream),
             Some(connector) => {
                 let lost = |why: String| PeerError::Connect(self.addr.clone(), why);
@@ -601,7 +601,7 @@ pub(crate) async fn accept_secure(
     peer: std::net::SocketAddr,
     tls: &QuorumTls,
 ) -> Result<(BoxRead, BoxWrite), String> {
-    let Some(acceptor) = &tls.acceptor else { return Ok(plain_halves(stream)) };
+    let Some(acceptor) = tls.acceptor() else { return Ok(plain_halves(stream)) };
     if tls.accept_plain {
         let mut first = [0u8; 1];
         let peeked = tokio::time::timeout(HANDSHAKE_LIMIT, stream.peek(&mut first))
