@@ -256,10 +256,10 @@ class Server:
         for key, value in self.extra_cfg.items():
             if key.split(".", 1)[0] in _ZK_PARSED_KEY_PREFIXES:
                 continue
-            if key.startswith("java."):
+            if key.startswith(("java.", "readonlymode.")):
                 # A JVM property ZooKeeper reads as is (java.security.auth.login.config,
-                # the JAAS file; its start scripts pass it in SERVER_JVMFLAGS); Warden reads
-                # the same key from zoo.cfg.
+                # the JAAS file; readonlymode.enabled; its start scripts pass them in
+                # SERVER_JVMFLAGS); Warden reads the same key from zoo.cfg.
                 if value is not None:
                     props[key] = value
                 continue

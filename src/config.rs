@@ -329,6 +329,9 @@ pub struct Config {
     /// Members authenticate each other with SASL (`quorum.auth.enableSasl` and the JAAS
     /// file's `QuorumServer`/`QuorumLearner` sections); `None` when off.
     pub quorum_sasl: Option<crate::sasl::QuorumSasl>,
+    /// `readonlymode.enabled` (ZooKeeper's JVM property, read from zoo.cfg here): a member
+    /// without a quorum serves reads to clients that ask for read-only sessions.
+    pub readonly_mode: bool,
 }
 
 impl Config {
@@ -413,6 +416,7 @@ impl Default for Config {
             enforce_auth_schemes: Vec::new(),
             allow_sasl_failed_clients: false,
             quorum_sasl: None,
+            readonly_mode: false,
         }
     }
 }
@@ -812,6 +816,7 @@ impl Config {
                         (QuorumServer/QuorumLearner DigestLoginModule sections) or sslQuorum",
                     ));
                 }
+                "readonlymode.enabled" => c.readonly_mode = parse_bool(raw_key, value)?,
                 "quorum.cnxn.threads.size" => {
                     tracing::debug!(key = raw_key.as_str(), "accepted and not used by Warden");
                 }

@@ -389,6 +389,8 @@ pub fn run(d: &View, word: &[u8; 4], arg: Option<[u8; 8]>) -> String {
     }
     match word {
         b"ruok" => "imok".into(),
+        // ZooKeeper's isro: "ro" while a member without a quorum serves read-only sessions.
+        b"isro" if d.config.readonly_mode && !*d.serving.borrow() => "ro".into(),
         b"isro" => "rw".into(),
         b"srvr" => server_stats(d, false),
         b"stat" => server_stats(d, true),

@@ -62,12 +62,16 @@ async fn control(
     mut stop: tokio::sync::watch::Receiver<bool>,
     mut serving: tokio::sync::watch::Receiver<bool>,
     watch_stop: bool,
+    read_only: bool,
 ) -> Control {
     loop {
         tokio::select! {
             Ok(()) = stop.changed(), if watch_stop => return Control::Stop,
             Ok(()) = serving.changed() => {
-                if !*serving.borrow() {
+                // A full session ends when the member stops serving; a read-only one when it
+                // serves again (its client comes back for a full session, as ZooKeeper's
+                // read-only server closes them all when the quorum is back).
+                if *serving.borrow() == read_only {
                     return Control::Unserved;
                 }
             }
@@ -143,7 +147,7 @@ async fn serve_halves<R, W>(
         time_out: session.timeout,
         session_id,
         passwd: session.passwd,
-        read_only: read_only.map(|_| false),
+        read_only: read_only.map(|_| session.read_only),
     };
     port.stats.packet_sent(None);
     cs.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -155,12 +159,13 @@ async fn serve_halves<R, W>(
     cs.session_id.store(session_id, std::sync::atomic::Ordering::Relaxed);
     cs.timeout_ms.store(i64::from(session.timeout), std::sync::atomic::Ordering::Relaxed);
     // A resumed session may hold watches set through its earlier connection.
-    let mut requests = Requests::new(d.clone(), port.stats.clone(), caller, session.resumed);
+    let mut requests = Requests::new(d.clone(), port.stats.clone(), caller, session.resumed, session.read_only);
 
     // Shutdown and loss of quorum, watched by one future kept across the loop's turns (made
     // anew on each turn, the two watches' wait registrations cost 2% of the server's CPU
     // under many small requests).
-    let mut control = Box::pin(control(stop.clone(), d.serving(), true));
+    let read_only = session.read_only;
+    let mut control = Box::pin(control(stop.clone(), d.serving(), true, read_only));
     let mut jobs: FuturesOrdered<Job> = FuturesOrdered::new();
     // The highest zxid a reply on this connection has carried.
     let mut sent_zxid = 0i64;
@@ -245,7 +250,7 @@ async fn serve_halves<R, W>(
                 Control::Stop => {
                     // Shutdown: read no more requests; answer those already read, then close.
                     // (While closing its session the connection reads no more anyway.)
-                    control = Box::pin(self::control(stop.clone(), d.serving(), false));
+                    control = Box::pin(self::control(stop.clone(), d.serving(), false, read_only));
                     if reading {
                         reading = false;
                         if jobs.is_empty() {

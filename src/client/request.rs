@@ -69,10 +69,12 @@ pub(super) struct Requests {
     waiting_reads: WaitingReads,
     /// The connection's SASL exchange while one is under way.
     sasl: Option<crate::sasl::Conversation>,
+    /// A read-only session (no quorum): writes and `sync` get NotReadOnly.
+    read_only: bool,
 }
 
 impl Requests {
-    pub fn new(d: Dispatcher, stats: Arc<ServerStats>, caller: Caller, watching: bool) -> Requests {
+    pub fn new(d: Dispatcher, stats: Arc<ServerStats>, caller: Caller, watching: bool, read_only: bool) -> Requests {
         Requests {
             d,
             stats,
@@ -82,6 +84,39 @@ impl Requests {
             submitted: 0,
             waiting_reads: WaitingReads::new(),
             sasl: None,
+            read_only,
+        }
+    }
+
+    /// What a read-only session gets instead of a write (ZooKeeper's
+    /// `ReadOnlyRequestProcessor`): NotReadOnly for writes and `sync`; `closeSession` is
+    /// answered and the connection closed (the session is not closed through the log: there
+    /// is no quorum to close it).
+    fn read_only_refusal(
+        &self,
+        xid: i32,
+        request: &Request,
+        op: (&'static str, &'static str),
+        started: Instant,
+    ) -> Option<(Job, bool)> {
+        let zxid = self.d.last_zxid();
+        match request {
+            Request::CloseSession => Some((ready(xid, Reply::ok(zxid), true, op, started), true)),
+            Request::Create(_)
+            | Request::Create2(_)
+            | Request::CreateContainer(_)
+            | Request::CreateTtl(_)
+            | Request::Delete(_)
+            | Request::DeleteContainer(_)
+            | Request::SetData(_)
+            | Request::SetAcl(_)
+            | Request::Check(_)
+            | Request::Multi(_)
+            | Request::Reconfig(_)
+            | Request::Sync(_) => {
+                Some((ready(xid, Reply::error(zxid, ErrorCode::NotReadOnly), false, op, started), false))
+            }
+            _ => None,
         }
     }
 
@@ -133,6 +168,11 @@ impl Requests {
             self.stats.auth_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let reply = Reply::error(0, ErrorCode::SessionClosedRequireSaslAuth);
             return (ready(xid, reply, true, (op, short), started), true);
+        }
+        if self.read_only {
+            if let Some(job) = self.read_only_refusal(xid, &request, (op, short), started) {
+                return job;
+            }
         }
         match d.prep(&self.caller, &mut request) {
             Prepped::Refuse(code) => {

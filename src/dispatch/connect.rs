@@ -31,6 +31,10 @@ pub struct Session {
     pub timeout: i32,
     /// Resumed from an earlier connection: it may hold watches already.
     pub resumed: bool,
+    /// Served read-only (`readonlymode.enabled`, this member without a quorum): reads only,
+    /// until the member serves again, when the connection is closed so the client comes
+    /// back for a full session.
+    pub read_only: bool,
 }
 
 /// Why a handshake is refused without an answer (the client tries another server).
@@ -63,7 +67,11 @@ impl Dispatcher {
     pub async fn connect(&self, req: &jute::ConnectRequest, peer: SocketAddr, certified: Option<&str>) -> Connected {
         if !*self.0.serving.borrow() || !self.0.raft.may_serve() {
             // ZooKeeper does not serve clients without a quorum, nor before a follower has
-            // synced with its leader; they try the next server.
+            // synced with its leader; they try the next server. With readonlymode.enabled a
+            // client that allows it gets a read-only session.
+            if self.0.config.readonly_mode && req.read_only == Some(true) && req.last_zxid_seen <= self.last_zxid() {
+                return self.connect_read_only(req, peer, certified);
+            }
             return Connected::Refused(Refusal::NoQuorum);
         }
         // ZooKeeperServer.processConnectRequest: never serve a client that has seen newer state.
@@ -72,14 +80,7 @@ impl Dispatcher {
             return Connected::Refused(Refusal::ClientAhead { client: req.last_zxid_seen, server });
         }
         let timeout = self.0.config.negotiate_timeout(req.time_out);
-        let mut ids = vec![AuthId { scheme: "ip".into(), id: peer.ip().to_string() }];
-        if let Some(dn) = certified {
-            if self.0.config.tls.x509_super_user.as_deref() == Some(dn) {
-                ids.push(AuthId { scheme: "super".into(), id: dn.to_owned() });
-            }
-            ids.push(AuthId { scheme: "x509".into(), id: dn.to_owned() });
-        }
-        let ids: std::sync::Arc<[AuthId]> = ids.into();
+        let ids = self.identities(peer, certified);
         if req.session_id == 0 {
             let id = self.0.sessions.next_id();
             // ZooKeeper's password for this id (`ZooKeeperServer.generatePasswd`), so the session
@@ -91,7 +92,7 @@ impl Dispatcher {
             return match self.propose(txn).await {
                 Ok(r) if r.outcome.is_ok() => {
                     metrics::counter!("warden_sessions_created").increment(1);
-                    Connected::Established(Session { id, passwd, timeout, resumed: false }, caller)
+                    Connected::Established(Session { id, passwd, timeout, resumed: false, read_only: false }, caller)
                 }
                 other => {
                     tracing::warn!(%peer, ?other, "session creation failed");
@@ -112,14 +113,58 @@ impl Dispatcher {
                 }
             }
         }
+        self.resume(req, ids, timeout, false)
+    }
+
+    /// A session the client brings back: this member's table must hold it, with the password
+    /// the client gives.
+    fn resume(
+        &self,
+        req: &jute::ConnectRequest,
+        ids: std::sync::Arc<[AuthId]>,
+        timeout: i32,
+        read_only: bool,
+    ) -> Connected {
         let known = self.0.shared.read().session(req.session_id).map(|s| s.passwd.clone());
         match known {
             Some(pw) if pw == req.passwd => {
                 let caller = Caller { session_id: req.session_id, auth: ids };
-                Connected::Established(Session { id: req.session_id, passwd: pw, timeout, resumed: true }, caller)
+                Connected::Established(
+                    Session { id: req.session_id, passwd: pw, timeout, resumed: true, read_only },
+                    caller,
+                )
             }
             _ => Connected::Expired,
         }
+    }
+
+    /// A new connection's identities: `ip:<addr>`, and with a verified client certificate
+    /// `x509:<DN>` (and `super` for the x509 super user).
+    fn identities(&self, peer: SocketAddr, certified: Option<&str>) -> std::sync::Arc<[AuthId]> {
+        let mut ids = vec![AuthId { scheme: "ip".into(), id: peer.ip().to_string() }];
+        if let Some(dn) = certified {
+            if self.0.config.tls.x509_super_user.as_deref() == Some(dn) {
+                ids.push(AuthId { scheme: "super".into(), id: dn.to_owned() });
+            }
+            ids.push(AuthId { scheme: "x509".into(), id: dn.to_owned() });
+        }
+        ids.into()
+    }
+
+    /// A read-only session (ZooKeeper's `ReadOnlyZooKeeperServer`): a session this member's
+    /// table holds (its password checked) goes on read-only; a new one lives on this member
+    /// only, is never replicated, and ends with its connection.
+    fn connect_read_only(&self, req: &jute::ConnectRequest, peer: SocketAddr, certified: Option<&str>) -> Connected {
+        let timeout = self.0.config.negotiate_timeout(req.time_out);
+        let ids = self.identities(peer, certified);
+        if req.session_id == 0 {
+            let id = self.0.sessions.next_id();
+            let passwd = Bytes::copy_from_slice(&crate::zkdata::password::session_password(id));
+            tracing::info!(%peer, session = format_args!("{id:#x}"), "read-only session (no quorum)");
+            let caller = Caller { session_id: id, auth: ids };
+            return Connected::Established(Session { id, passwd, timeout, resumed: false, read_only: true }, caller);
+        }
+        self.resume(req, ids, timeout, true)
     }
 
     /// Asks the leader whether `session` is alive; if it is, waits until this member has
