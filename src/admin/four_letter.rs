@@ -57,6 +57,12 @@ pub const WORDS: &[(&str, &str)] = &[
 /// queue, which `dump` prints.
 const SESSIONLESS_CNXN_TIMEOUT_MS: i64 = 10_000;
 
+/// Whether this member serves read-only sessions now (`readonlymode.enabled` and no
+/// quorum): what `isro` and the admin API's `read_only` say.
+pub fn read_only(d: &View) -> bool {
+    d.config.readonly_mode && !*d.serving.borrow()
+}
+
 /// The server's mode as `srvr` and `mntr` report it.
 pub fn mode(d: &View) -> &'static str {
     if d.config.servers.is_empty() {
@@ -390,7 +396,7 @@ pub fn run(d: &View, word: &[u8; 4], arg: Option<[u8; 8]>) -> String {
     match word {
         b"ruok" => "imok".into(),
         // ZooKeeper's isro: "ro" while a member without a quorum serves read-only sessions.
-        b"isro" if d.config.readonly_mode && !*d.serving.borrow() => "ro".into(),
+        b"isro" if read_only(d) => "ro".into(),
         b"isro" => "rw".into(),
         b"srvr" => server_stats(d, false),
         b"stat" => server_stats(d, true),

@@ -69,7 +69,7 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
         "server_stats" | "stats" => {
             let (min, avg, max) = d.stats.latency.get();
             m.insert("version".into(), json!(four_letter::full_version()));
-            m.insert("read_only".into(), json!(false));
+            m.insert("read_only".into(), json!(four_letter::read_only(d)));
             m.insert(
                 "server_stats".into(),
                 json!({
@@ -144,7 +144,7 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
             m.insert("session_id_to_ephemeral_paths".into(), Value::Object(eph));
         }
         "is_read_only" => {
-            m.insert("read_only".into(), json!(false));
+            m.insert("read_only".into(), json!(four_letter::read_only(d)));
         }
         "dirs" => {
             let dirs = four_letter::storage(d);
