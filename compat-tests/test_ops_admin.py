@@ -451,3 +451,75 @@ def test_kill_needs_the_bearer_token(server_factory):
     finally:
         zk.stop()
         zk.close()
+
+
+# -- the commands beyond the four-letter words ---------------------------------------------------
+
+MORE = {"initial_configuration": "icfg", "leader": "lead", "observer_connection_stat_reset": "orst",
+        "observers": "obsr", "system_properties": "sysp", "voting_view": None, "zabstate": None}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_commands_standalone(admin, name):
+    """ZooKeeper 3.8's other admin commands, by name and short name, with its keys on a
+    standalone server (where it has no leader, no voting view and no ZAB state)."""
+    obj = admin.get_json(f"/commands/{name}")
+    if MORE[name]:
+        assert admin.get_json(f"/commands/{MORE[name]}")["command"] == name
+    assert obj["command"] == name
+    if name == "leader":
+        assert obj["error"] == "server is not initialized", obj
+        return
+    assert obj["error"] is None, obj
+    if name == "initial_configuration":
+        assert f"clientPort={admin.srv.port}" in obj["initial_configuration"], obj
+    elif name == "observers":
+        assert obj["synced_observers"] == 0 and list(obj["observers"]) == [], obj
+    elif name == "system_properties":
+        for key in ("os.name", "os.arch", "user.dir", "user.name", "file.separator", "path.separator"):
+            assert isinstance(obj[key], str), key
+    elif name == "voting_view":
+        assert obj["current_config"] == {}, obj
+    elif name == "zabstate":
+        assert obj["voting"] is False and obj["zabstate"] == "", obj
+    else:
+        assert set(obj) == {"command", "error"}, obj
+
+
+def test_leader_voting_view_and_zabstate_on_an_ensemble():
+    import ensemble
+
+    ports = [harness.free_port() for _ in range(3)]
+    ens = ensemble.Ensemble(3, name="admin-ens", extra_cfg={"admin.enableServer": "true",
+                                                            "admin.serverAddress": "127.0.0.1"})
+    try:
+        for i, m in enumerate(ens.members):
+            m.extra_cfg["admin.serverPort"] = str(ports[i])
+            m._write_config()
+        ens.start()
+        leader = ens.leader()
+        for i in range(3):
+            base = f"http://127.0.0.1:{ports[i]}/commands"
+            wait_http(base + "/ruok")
+            lead = json.loads(http("GET", base + "/leader")[2])
+            assert lead["is_leader"] is (i == leader) and lead["leader_id"] == leader + 1, lead
+            assert isinstance(lead["leader_ip"], str), lead
+            view = json.loads(http("GET", base + "/voting_view")[2])["current_config"]
+            assert sorted(view) == ["1", "2", "3"], view
+            for sid, entry in view.items():
+                j = int(sid) - 1
+                # A member knows its own client address; the others' only if their server.N
+                # lines name one (these do not).
+                assert entry == {
+                    "server_addresses": [f"127.0.0.1:{ens.peer_ports[j]}"],
+                    "election_addresses": [f"127.0.0.1:{ens.election_ports[j]}"],
+                    "client_address": ens.hostports[j] if j == i else "",
+                    "learner_type": "participant",
+                }, (i, sid, entry)
+            zab = json.loads(http("GET", base + "/zabstate")[2])
+            assert {"myid", "is_leader", "quorum_address", "election_address", "client_address", "voting",
+                    "last_zxid", "zab_epoch", "zab_counter", "zabstate"} <= set(zab), zab
+            assert zab["myid"] == i + 1 and zab["voting"] is True and zab["zabstate"] == "broadcast", zab
+            assert zab["is_leader"] is (i == leader), zab
+    finally:
+        ens.close()

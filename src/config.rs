@@ -332,9 +332,25 @@ pub struct Config {
     /// `readonlymode.enabled` (ZooKeeper's JVM property, read from zoo.cfg here): a member
     /// without a quorum serves reads to clients that ask for read-only sessions.
     pub readonly_mode: bool,
+    /// The zoo.cfg text the server started from (`initial_configuration`); empty without one.
+    pub initial_config: String,
 }
 
 impl Config {
+    /// [`Config::initial_config`] with every password value replaced by `***`.
+    pub fn initial_config_masked(&self) -> String {
+        self.initial_config
+            .lines()
+            .map(|line| match line.split_once('=') {
+                Some((k, _)) if k.to_ascii_lowercase().contains("password") || k.contains("superDigest") => {
+                    format!("{k}=***")
+                }
+                _ => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Whether the admin server takes TLS (`admin.forceHttps` or `admin.portUnification`).
     pub fn admin_https(&self) -> bool {
         self.admin_force_https || self.admin_port_unification
@@ -417,6 +433,7 @@ impl Default for Config {
             allow_sasl_failed_clients: false,
             quorum_sasl: None,
             readonly_mode: false,
+            initial_config: String::new(),
         }
     }
 }

@@ -146,6 +146,9 @@ fn main() -> std::process::ExitCode {
         },
         None => Config::default(),
     };
+    if let Some(path) = &args.config {
+        config.initial_config = std::fs::read_to_string(path).unwrap_or_default();
+    }
     config.override_with(args.data_dir, args.client_port, args.client_port_address);
     // TLS key material is configuration too: a store that cannot be used stops start-up here.
     if config.tls.enabled() {

@@ -217,6 +217,21 @@ pub fn configuration(d: &View) -> Vec<(String, String)> {
 }
 
 /// `envi` as key/value pairs.
+/// `system_properties`: what a JVM would report of this process (Warden has no JVM).
+pub fn system_properties() -> Vec<(String, String)> {
+    let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
+    vec![
+        ("file.separator".into(), "/".into()),
+        ("line.separator".into(), "\n".into()),
+        ("os.arch".into(), std::env::consts::ARCH.into()),
+        ("os.name".into(), "Linux".into()),
+        ("path.separator".into(), ":".into()),
+        ("user.dir".into(), cwd),
+        ("user.home".into(), std::env::var("HOME").unwrap_or_default()),
+        ("user.name".into(), std::env::var("USER").unwrap_or_default()),
+    ]
+}
+
 pub fn environment() -> Vec<(String, String)> {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned()).unwrap_or_default();
     let host = Some(read("/proc/sys/kernel/hostname")).filter(|h| !h.is_empty()).unwrap_or_else(|| "localhost".into());

@@ -37,11 +37,13 @@ use crate::admin::four_letter;
 /// `CommandServlet` passes them to the command: `set_trace_mask?traceMask=N`).
 pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> Option<Value> {
     let canonical =
-        four_letter::WORDS.iter().find(|(w, c)| *w == name || *c == name).map(|(_, c)| *c).or(match name {
-            "config" => Some("configuration"),
-            "env" => Some("environment"),
-            _ => None,
-        })?;
+        four_letter::WORDS.iter().chain(MORE_COMMANDS).find(|(w, c)| *w == name || *c == name).map(|(_, c)| *c).or(
+            match name {
+                "config" => Some("configuration"),
+                "env" => Some("environment"),
+                _ => None,
+            },
+        )?;
     let mut m = Map::new();
     match canonical {
         "ruok" => {}
@@ -192,6 +194,109 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
             }
         }
         "stat_reset" => d.stats.reset(),
+        "leader" => {
+            // Commands.LeaderCommand: only an ensemble member has a leader.
+            if d.config.servers.is_empty() {
+                m.insert("error".into(), json!("server is not initialized"));
+            } else {
+                let status = d.raft.status();
+                m.insert("is_leader".into(), json!(d.raft.is_leader()));
+                m.insert("leader_id".into(), json!(status.leader.map_or(-1, |l| l as i64)));
+                m.insert("leader_ip".into(), json!(status.leader_addr().map(|(_, a)| a).unwrap_or_default()));
+            }
+        }
+        "voting_view" => {
+            // The voting members (observers are not), as zoo.cfg names them.
+            let view: Map<String, Value> = d
+                .config
+                .servers
+                .values()
+                .filter(|s| !s.observer)
+                .map(|s| {
+                    // A member knows its own client address; another's only from its line.
+                    let own = (s.id == d.config.server_id)
+                        .then(|| format!("{}:{}", d.config.client_port_address, d.config.client_port));
+                    let client = s.client.as_ref().map(|(h, p)| format!("{h}:{p}")).or(own).unwrap_or_default();
+                    (
+                        s.id.to_string(),
+                        json!({
+                            "server_addresses": [s.peer_addr()],
+                            "election_addresses": [format!("{}:{}", s.host, s.election_port)],
+                            "client_address": client,
+                            "learner_type": "participant",
+                        }),
+                    )
+                })
+                .collect();
+            m.insert("current_config".into(), Value::Object(view));
+        }
+        "zabstate" => {
+            // Commands.ZabStateCommand. Warden has no ZAB: "broadcast" while it serves as a
+            // member of a quorum, "election" without a leader, "synchronization" while it
+            // has a leader and catches up.
+            match d.config.servers.get(&d.config.server_id) {
+                None => {
+                    m.insert("voting".into(), json!(false));
+                    m.insert("zabstate".into(), json!(""));
+                }
+                Some(me) => {
+                    let status = d.raft.status();
+                    let zxid = d.dispatcher.last_zxid();
+                    let state = if *d.serving.borrow() {
+                        "broadcast"
+                    } else if status.leader.is_none() {
+                        "election"
+                    } else {
+                        "synchronization"
+                    };
+                    m.insert("myid".into(), json!(d.config.server_id));
+                    m.insert("is_leader".into(), json!(d.raft.is_leader()));
+                    m.insert("quorum_address".into(), json!(me.peer_addr()));
+                    m.insert("election_address".into(), json!(format!("{}:{}", me.host, me.election_port)));
+                    m.insert(
+                        "client_address".into(),
+                        json!(me
+                            .client
+                            .as_ref()
+                            .map(|(h, p)| format!("{h}:{p}"))
+                            .unwrap_or_else(|| format!("{}:{}", d.config.client_port_address, d.config.client_port))),
+                    );
+                    m.insert("voting".into(), json!(!me.observer));
+                    m.insert("last_zxid".into(), json!(format!("{zxid:#x}")));
+                    m.insert("zab_epoch".into(), json!(zxid >> 32));
+                    m.insert("zab_counter".into(), json!(zxid & 0xffff_ffff));
+                    m.insert("zabstate".into(), json!(state));
+                }
+            }
+        }
+        "observers" => {
+            // Commands.SyncedObserverConsCommand: on the leader, the observers it replicates to.
+            let observers: Vec<Value> = if d.raft.is_leader() {
+                let status = d.raft.status();
+                d.config
+                    .servers
+                    .values()
+                    .filter(|s| s.observer && status.members.contains_key(&s.id))
+                    .map(|s| json!({ "qid": s.id, "remote_socket_address": s.peer_addr() }))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            m.insert("synced_observers".into(), json!(observers.len()));
+            m.insert("observers".into(), Value::Array(observers));
+        }
+        // Commands.ObserverCnxnStatResetCommand: Warden keeps no per-observer statistics.
+        "observer_connection_stat_reset" => {}
+        "initial_configuration" => {
+            // The zoo.cfg the server started from, passwords masked.
+            m.insert("initial_configuration".into(), json!(d.config.initial_config_masked()));
+        }
+        "system_properties" => {
+            // A JVM's system properties; Warden has no JVM: the process facts Java would give.
+            for (k, v) in four_letter::system_properties() {
+                m.insert(k, Value::String(v));
+            }
+        }
         _ => return None,
     }
     m.insert("command".into(), json!(canonical));
@@ -243,8 +348,19 @@ fn connections(d: &View) -> Value {
     )
 }
 
+/// The admin commands beyond the four-letter words (ZooKeeper 3.8's), with their short names.
+const MORE_COMMANDS: &[(&str, &str)] = &[
+    ("icfg", "initial_configuration"),
+    ("lead", "leader"),
+    ("orst", "observer_connection_stat_reset"),
+    ("obsr", "observers"),
+    ("sysp", "system_properties"),
+    ("voting_view", "voting_view"),
+    ("zabstate", "zabstate"),
+];
+
 async fn commands() -> Json<Value> {
-    let names: Vec<&str> = four_letter::WORDS.iter().map(|(_, c)| *c).collect();
+    let names: Vec<&str> = four_letter::WORDS.iter().chain(MORE_COMMANDS).map(|(_, c)| *c).collect();
     Json(json!({ "commands": names, "command": "commands", "error": null }))
 }
 
