@@ -129,6 +129,12 @@ fn tokens(text: &str) -> Result<Vec<(Token, usize)>, String> {
     Ok(out)
 }
 
+/// Reads and parses the JAAS file at `path`; the error names the file (and the line).
+pub fn read(path: &std::path::Path) -> Result<Jaas, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Parses a JAAS file's text. The error names the line.
 pub fn parse(text: &str) -> Result<Jaas, String> {
     let toks = tokens(text)?;

@@ -160,8 +160,11 @@ impl SaslServer {
     /// Reads section `section` of the JAAS file at `path`. The error says what is wrong
     /// (the caller names the key that pointed here).
     pub fn from_jaas_file(path: &Path, section: &str, rules: NameRules) -> Result<SaslServer, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let jaas = jaas::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::from_jaas(path, &jaas::read(path)?, section, rules)
+    }
+
+    /// Section `section` of `jaas`, read from `path` (named in errors).
+    fn from_jaas(path: &Path, jaas: &jaas::Jaas, section: &str, rules: NameRules) -> Result<SaslServer, String> {
         let modules =
             jaas.section(section).ok_or_else(|| format!("{} has no section named {section}", path.display()))?;
         let mut users = BTreeMap::new();
@@ -259,7 +262,7 @@ impl SaslServer {
 
 /// Whether the JAAS file at `path` can be read and has section `name`.
 pub fn has_section(path: &Path, name: &str) -> bool {
-    std::fs::read_to_string(path).ok().and_then(|t| jaas::parse(&t).ok()).is_some_and(|j| j.section(name).is_some())
+    jaas::read(path).is_ok_and(|j| j.section(name).is_some())
 }
 
 /// Members authenticating each other with DIGEST-MD5 (ZooKeeper's `quorum.auth.*`): the
@@ -285,7 +288,8 @@ impl QuorumSasl {
         server_require: bool,
         learner_require: bool,
     ) -> Result<QuorumSasl, String> {
-        let server = SaslServer::from_jaas_file(path, server_section, NameRules::default())?;
+        let jaas = jaas::read(path)?;
+        let server = SaslServer::from_jaas(path, &jaas, server_section, NameRules::default())?;
         if server.kerberos.is_some() || server.users.is_empty() {
             return Err(format!(
                 "{}: section {server_section}: between members only DigestLoginModule (user_<name>=\"<password>\") \
@@ -293,8 +297,6 @@ impl QuorumSasl {
                 path.display()
             ));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let jaas = jaas::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let modules = jaas
             .section(learner_section)
             .ok_or_else(|| format!("{} has no section named {learner_section}", path.display()))?;
