@@ -68,6 +68,96 @@ impl ServerEntry {
     pub fn peer_addr(&self) -> String {
         format!("{}:{}", self.host, self.peer_port)
     }
+
+    /// The `server.N` value as ZooKeeper writes it in `/zookeeper/config` and its dynamic
+    /// files (`QuorumServer.toString`): `host:peerPort:electionPort:role[;clientHost:port]`.
+    pub fn spec(&self) -> String {
+        let role = if self.observer { "observer" } else { "participant" };
+        let mut out = format!("{}:{}:{}:{role}", self.host, self.peer_port, self.election_port);
+        if let Some((host, port)) = &self.client {
+            let host = if host.is_empty() { "0.0.0.0" } else { host.as_str() };
+            out.push_str(&format!(";{host}:{port}"));
+        }
+        out
+    }
+}
+
+/// `server.N=<spec>` lines, each ending in a newline: `/zookeeper/config` without its version.
+pub fn server_lines(servers: &BTreeMap<u64, ServerEntry>) -> String {
+    servers.values().map(|s| format!("server.{}={}\n", s.id, s.spec())).collect()
+}
+
+/// Parses the text of `/zookeeper/config` (`server.N=` lines and `version=<hex>`): the
+/// servers and the version (0 without one).
+pub fn parse_config_text(text: &str) -> Result<(BTreeMap<u64, ServerEntry>, i64), ConfigError> {
+    let mut servers = BTreeMap::new();
+    let mut version = 0;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (key, value) = line.split_once('=').ok_or_else(|| bad(line, "", "expected key=value"))?;
+        let (key, value) = (key.trim(), value.trim());
+        if key == "version" {
+            version = i64::from_str_radix(value, 16).map_err(|_| bad(key, value, "not a hex version"))?;
+        } else if let Some(id) = key.strip_prefix("server.") {
+            let id = parse::<u64>(key, id)?;
+            if id == 0 || id > 254 {
+                return Err(bad(key, value, "server ids must be 1..=254"));
+            }
+            servers.insert(id, parse_server(key, id, value)?);
+        } else {
+            return Err(bad(key, value, "not a member line"));
+        }
+    }
+    Ok((servers, version))
+}
+
+/// Writes `path` through a temporary file beside it, fsynced, then renamed over it.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// After a reconfig, as ZooKeeper's `QuorumPeer.setQuorumVerifier` does: writes the new
+/// members to `<zoo.cfg>.dynamic.<version in hex>` (sorted `server.N` lines, no version) and
+/// points zoo.cfg's `dynamicConfigFile` at it, dropping its `server.N`, `group`, `weight` and
+/// `peerType` lines. Other lines, comments included, stay as they were (ZooKeeper rewrites
+/// them from its properties; it also drops `clientPort` when the member's line names a client
+/// address, which Warden keeps: the line wins either way). Returns the dynamic file's path.
+pub fn write_reconfigured(
+    config_file: &Path,
+    servers: &BTreeMap<u64, ServerEntry>,
+    version: i64,
+) -> std::io::Result<PathBuf> {
+    let dynamic = PathBuf::from(format!("{}.dynamic.{version:x}", config_file.display()));
+    let mut lines: Vec<String> = servers.values().map(|s| format!("server.{}={}", s.id, s.spec())).collect();
+    lines.sort();
+    write_atomically(&dynamic, &lines.join("\n"))?;
+    let dynamic = dynamic.canonicalize()?;
+    let old = std::fs::read_to_string(config_file)?;
+    let mut out = String::new();
+    for line in old.lines() {
+        let key = line.trim_start().split(['=', ':', ' ', '\t']).next().unwrap_or_default().trim();
+        let dropped = !line.trim_start().starts_with(['#', '!'])
+            && (key.starts_with("server.")
+                || key.starts_with("group")
+                || key.starts_with("weight")
+                || key.starts_with("dynamicConfigFile")
+                || key.starts_with("peerType"));
+        if !dropped {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!("dynamicConfigFile={}\n", dynamic.display()));
+    write_atomically(config_file, &out)?;
+    Ok(dynamic)
 }
 
 /// Parses a `server.N` value as ZooKeeper's `QuorumPeer.QuorumServer` does.
@@ -306,6 +396,12 @@ pub struct Config {
     /// `dynamicConfigFile` name (`zoo.cfg.dynamic.100000000`), 0 for `server.N` lines in
     /// zoo.cfg (as ZooKeeper numbers them).
     pub config_version: i64,
+    /// `reconfigEnabled`: clients may change the members (`reconfig`); default off, as in
+    /// ZooKeeper 3.5.3+.
+    pub reconfig_enabled: bool,
+    /// The zoo.cfg this server was started with (a reconfig rewrites its
+    /// `dynamicConfigFile` line); `None` without one.
+    pub config_file: Option<PathBuf>,
     /// SASL for clients: the JAAS file's server section (`java.security.auth.login.config`
     /// in zoo.cfg, or `-Djava.security.auth.login.config=` in `SERVER_JVMFLAGS`/`JVMFLAGS`,
     /// as ZooKeeper's start scripts pass it; section `zookeeper.sasl.serverconfig`, default
@@ -425,6 +521,8 @@ impl Default for Config {
             force_sync: true,
             linearizable_reads: false,
             config_version: 0,
+            reconfig_enabled: false,
+            config_file: None,
             sasl: None,
             jaas_path: None,
             krb5_conf: None,
@@ -850,9 +948,9 @@ impl Config {
                     }
                     c.servers.insert(id, parse_server(raw_key, id, value)?);
                 }
+                "reconfigEnabled" => c.reconfig_enabled = parse_bool(raw_key, value)?,
                 "electionAlg"
                 | "standaloneEnabled"
-                | "reconfigEnabled"
                 | "admin.idleTimeout"
                 | "admin.commandURL"
                 | "metricsProvider.exportJvmInfo"
@@ -1053,16 +1151,7 @@ impl Config {
         if self.servers.is_empty() {
             return String::new();
         }
-        let mut out = String::new();
-        for s in self.servers.values() {
-            let role = if s.observer { "observer" } else { "participant" };
-            out.push_str(&format!("server.{}={}:{}:{}:{role}", s.id, s.host, s.peer_port, s.election_port));
-            if let Some((host, port)) = &s.client {
-                let host = if host.is_empty() { "0.0.0.0" } else { host.as_str() };
-                out.push_str(&format!(";{host}:{port}"));
-            }
-            out.push('\n');
-        }
+        let mut out = server_lines(&self.servers);
         out.push_str(&format!("version={:x}", self.config_version));
         out
     }

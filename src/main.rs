@@ -147,6 +147,7 @@ fn main() -> std::process::ExitCode {
         None => Config::default(),
     };
     if let Some(path) = &args.config {
+        config.config_file = Some(path.canonicalize().unwrap_or_else(|_| path.clone()));
         config.initial_config = std::fs::read_to_string(path).unwrap_or_default();
     }
     config.override_with(args.data_dir, args.client_port, args.client_port_address);

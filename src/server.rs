@@ -461,6 +461,9 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         config.tick_time_ms,
         stop_rx.clone(),
     )));
+    if !standalone {
+        tasks.push(tokio::spawn(dispatcher.clone().persist_reconfigs(stop_rx.clone())));
+    }
     tasks.push(tokio::spawn(crate::dispatch::containers::reap(
         raft.clone(),
         shared,

@@ -13,6 +13,7 @@
 //! - **reply** ([`reply`]): the one place internal errors become ZooKeeper error codes;
 //! - **peer** ([`peer`]): what the peer port asks of this server (forwarded writes, read
 //!   index, touches);
+//! - **reconfig** ([`reconfig`]): changing the members, run on the leader;
 //! - **containers** ([`containers`], `ContainerManager`): the leader removes empty containers
 //!   and expired TTL nodes.
 //!
@@ -26,6 +27,7 @@ pub mod peer;
 pub mod prep;
 pub mod propose;
 pub mod read;
+pub mod reconfig;
 pub mod reply;
 
 use std::sync::Arc;
@@ -79,6 +81,8 @@ struct Parts {
     zookeeper_zxid: Option<i64>,
     /// Shared `sync` rounds (see [`Dispatcher::sync_batched`]).
     sync_rounds: std::sync::Mutex<SyncRounds>,
+    /// Held while this leader runs a reconfig (one at a time: ReconfigInProgress).
+    reconfig_lock: tokio::sync::Mutex<()>,
 }
 
 /// Callers waiting for the next shared `sync` round, and whether one runs.
@@ -120,6 +124,7 @@ impl Dispatcher {
             serving: p.serving,
             zookeeper_zxid: p.zookeeper_zxid,
             sync_rounds: Default::default(),
+            reconfig_lock: Default::default(),
         }))
     }
 

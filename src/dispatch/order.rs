@@ -151,6 +151,7 @@ fn may_change(op: &TxnOp, scope: Scope) -> bool {
         TxnOp::Check { .. } | TxnOp::Fail(_) => false,
         TxnOp::Multi(ops) => ops.iter().any(|op| may_change(op, scope)),
         TxnOp::CreateSession { .. } | TxnOp::CloseSession { .. } => true,
+        TxnOp::SetConfig { .. } => path_hash(crate::tree::CONFIG_NODE) == read,
     }
 }
 

@@ -70,6 +70,14 @@ impl crate::peer::PeerHandler for Dispatcher {
         }
     }
 
+    fn reconfig(
+        &self,
+        req: crate::peer::Reconfig,
+    ) -> BoxFuture<'static, Result<crate::peer::Reconfigured, crate::peer::ReconfigError>> {
+        let d = self.clone();
+        Box::pin(async move { d.run_reconfig(req).await })
+    }
+
     fn touch(&self, sessions: &[i64]) {
         for s in sessions {
             self.0.sessions.touch(*s);

@@ -28,6 +28,8 @@ pub enum Prepped {
     Refuse(ErrorCode),
     /// Catch up with the leader ([`Dispatcher::sync`]), then answer as a read.
     Sync,
+    /// Change the members ([`Dispatcher::reconfig`]); allowed here.
+    Reconfig(jute::ReconfigRequest),
 }
 
 /// A write ready to be proposed: its txn and the opcode its reply is shaped for.
@@ -166,7 +168,10 @@ impl Dispatcher {
             Request::CloseSession => {
                 write(Ok(TxnOp::CloseSession { session_id: caller.session_id }), OpCode::CloseSession)
             }
-            Request::Reconfig(_) => Prepped::Refuse(ErrorCode::ReconfigDisabled),
+            Request::Reconfig(r) => match self.reconfig_refusal(caller) {
+                Some(code) => Prepped::Refuse(code),
+                None => Prepped::Reconfig(std::mem::take(r)),
+            },
             Request::Sync(_) => Prepped::Sync,
             Request::DeleteContainer(_) => Prepped::Refuse(ErrorCode::Unimplemented),
             _ => Prepped::Read,

@@ -50,6 +50,25 @@ pub fn error_code(e: TreeError) -> ErrorCode {
     }
 }
 
+/// A failed reconfig's code (ZooKeeper's `PrepRequestProcessor` and `Leader` answers).
+pub fn reconfig_error_code(e: &crate::peer::ReconfigError) -> ErrorCode {
+    use crate::peer::ReconfigError as R;
+    match e {
+        R::Standalone => ErrorCode::Unimplemented,
+        R::InProgress => ErrorCode::ReconfigInProgress,
+        R::BadVersion => ErrorCode::BadVersion,
+        R::BadArguments(why) => {
+            tracing::info!(why = why.as_str(), "reconfig refused");
+            ErrorCode::BadArguments
+        }
+        R::NoQuorum => ErrorCode::NewConfigNoQuorum,
+        R::Failed(why) => {
+            tracing::warn!(why = why.as_str(), "reconfig failed");
+            ErrorCode::ConnectionLoss
+        }
+    }
+}
+
 /// The inverse of [`error_code`] for the codes prep refuses with before the log.
 pub(super) fn tree_error(code: ErrorCode) -> TreeError {
     match code {

@@ -88,6 +88,43 @@ pub enum PeerRequest {
     Bootstrap,
     /// A SASL token of the connecting member (its first is empty); see [`Gate`].
     Sasl(Vec<u8>),
+    /// A client's `reconfig`, already allowed where it arrived, for the leader to run.
+    Reconfig(Reconfig),
+}
+
+/// A `reconfig` request (ZooKeeper's `ReconfigRequest`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reconfig {
+    pub joining: Option<String>,
+    pub leaving: Option<String>,
+    pub new_members: Option<String>,
+    /// The configuration version the change applies to; -1: any.
+    pub from_config: i64,
+}
+
+/// Why a reconfig failed (mapped to ZooKeeper's codes in `dispatch::reply`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReconfigError {
+    /// A standalone server has no members to change.
+    Standalone,
+    /// A change is under way.
+    InProgress,
+    /// `from_config` is not the current version.
+    BadVersion,
+    /// The request does not make a valid configuration (the text says why).
+    BadArguments(String),
+    /// Too few of the new configuration's voters are in step with the leader.
+    NoQuorum,
+    /// Raft could not do it (no leader, lost leadership, stopped).
+    Failed(String),
+}
+
+/// A reconfig's result: the new `/zookeeper/config` and its stat, and the zxid it took.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reconfigured {
+    pub data: Vec<u8>,
+    pub stat: jute::Stat,
+    pub zxid: i64,
 }
 
 /// The answer to a [`PeerRequest`].
@@ -102,6 +139,7 @@ pub enum PeerResponse {
     Bootstrap(bootstrap::BootstrapState),
     /// The next SASL token, or why the exchange failed (or is not taken here).
     Sasl(Result<SaslAnswer, String>),
+    Reconfig(Result<Reconfigured, ReconfigError>),
 }
 
 /// The accepting member's SASL token.
@@ -562,6 +600,8 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn validate_session(&self, session: i64) -> Result<(bool, i64), String>;
     /// How this member started, for a new member's [`bootstrap`].
     fn bootstrap(&self) -> bootstrap::BootstrapState;
+    /// On the leader: runs a reconfig a follower's client asked for.
+    fn reconfig(&self, req: Reconfig) -> futures::future::BoxFuture<'static, Result<Reconfigured, ReconfigError>>;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -731,6 +771,10 @@ async fn server_connection<H: PeerHandler>(
             PeerRequest::ReadIndex => {
                 let fut = h.read_index();
                 waiting.push(async move { (id, PeerResponse::ReadIndex(fut.await)) }.boxed());
+            }
+            PeerRequest::Reconfig(req) => {
+                let fut = h.reconfig(req);
+                waiting.push(async move { (id, PeerResponse::Reconfig(fut.await)) }.boxed());
             }
             // A heartbeat (no entries), a vote or a pre-vote waits for its answer in `waiting`:
             // this task must go on reading the leader's next heartbeats, each of which is

@@ -24,6 +24,7 @@ pub mod batch;
 pub mod election;
 pub mod layout;
 pub mod log_store;
+pub mod members;
 pub mod network;
 pub mod offline;
 pub mod segment_log;
@@ -148,7 +149,7 @@ impl Status {
             applied_index: m.last_applied.map_or(0, |l| l.index),
             snapshot_index: m.snapshot.map_or(0, |l| l.index),
             voters: membership.voter_ids().collect(),
-            members: membership.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+            members: membership.nodes().map(|(id, n)| (*id, members::peer_addr(&n.addr))).collect(),
             quorum_ack_ms: m
                 .last_quorum_acked
                 .as_ref()
@@ -344,8 +345,12 @@ impl Raft {
             {
                 let m = rx.borrow_watched();
                 if let Some(l) = m.current_leader {
-                    let addr =
-                        m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()).unwrap_or_default();
+                    let addr = m
+                        .membership_config
+                        .membership()
+                        .get_node(&l)
+                        .map(|n| members::peer_addr(&n.addr))
+                        .unwrap_or_default();
                     return Some((l, addr));
                 }
             }

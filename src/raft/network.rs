@@ -124,7 +124,8 @@ pub trait TransportClient: Send + Sync + 'static {
 /// Bytes of snapshot per peer message.
 const SNAPSHOT_CHUNK: usize = 4 << 20;
 
-/// Builds a [`PeerNetwork`] per target; `BasicNode.addr` is the target's `host:peerPort`.
+/// Builds a [`PeerNetwork`] per target; `BasicNode.addr` is the target's `host:peerPort` (or
+/// its ZooKeeper server spec after a reconfig: see [`super::members::peer_addr`]).
 pub struct Network<T> {
     transport: Arc<T>,
     /// How long replication waits after an unreachable peer before retrying.
@@ -150,17 +151,18 @@ pub struct PeerNetwork<T: Transport> {
 impl<T: Transport> RaftNetworkFactory<TypeConfig> for Network<T> {
     type Network = PeerNetwork<T>;
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerNetwork<T> {
+        let addr = super::members::peer_addr(&node.addr);
         let health = self
             .health
             .entry(target)
             .and_modify(|h| {
-                if h.addr != node.addr {
-                    *h = Arc::new(PeerHealth::new(target, node.addr.clone()));
+                if h.addr != addr {
+                    *h = Arc::new(PeerHealth::new(target, addr.clone()));
                 }
             })
-            .or_insert_with(|| Arc::new(PeerHealth::new(target, node.addr.clone())))
+            .or_insert_with(|| Arc::new(PeerHealth::new(target, addr.clone())))
             .clone();
-        PeerNetwork { client: self.transport.connect(target, &node.addr), retry: self.retry, health }
+        PeerNetwork { client: self.transport.connect(target, &addr), retry: self.retry, health }
     }
 }
 

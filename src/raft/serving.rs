@@ -21,6 +21,10 @@ pub fn limit(options: &super::Options) -> Duration {
 /// within `limit` and has caught up since its last return.
 pub fn may_serve(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
     let me = raft.id();
+    if !status.members.is_empty() && !status.members.contains_key(&me) {
+        // A reconfig removed this member: it serves no more (as in ZooKeeper).
+        return false;
+    }
     match status.leader {
         None => false,
         // The sole voter of a one-member ensemble (a zoo.cfg with one server.N line) is
@@ -80,9 +84,10 @@ pub async fn watch(
             metrics::counter!("warden_raft_elections").increment(status.term - last_term);
             last_term = status.term;
         }
-        if status.leader == Some(me) {
-            // Observers are Raft learners: they replicate and serve reads but do not vote.
-            // The leader adds any that are missing.
+        // Observers are Raft learners: they replicate and serve reads but do not vote. The
+        // leader adds any of zoo.cfg's that are missing, until a reconfig decides the members.
+        let reconfigured = || raft.members().nodes.values().any(|a| super::members::is_spec(a));
+        if status.leader == Some(me) && !reconfigured() {
             for (sid, addr) in &raft.options().observers {
                 if !status.members.contains_key(sid) {
                     match raft.add_learner(*sid, addr.clone()).await {

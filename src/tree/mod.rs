@@ -308,6 +308,9 @@ fn check_version(current: i32, expected: i32) -> Result<i32, TreeError> {
     Ok(if current == i32::MAX { 0 } else { current + 1 })
 }
 
+/// The node holding the ensemble's configuration.
+pub const CONFIG_NODE: &str = "/zookeeper/config";
+
 /// The special paths that cannot be deleted (`DataTree.isSpecialPath`).
 fn is_special(path: &str) -> bool {
     matches!(path, "/" | "/zookeeper" | "/zookeeper/quota" | "/zookeeper/config")
@@ -376,27 +379,29 @@ impl DataTree {
     /// (`ZKDatabase.initConfigInZKDatabase`): not through the log, on every member alike; the
     /// node keeps version -1 and gets `version_zxid` (the configuration's version) as its
     /// mzxid. Its mtime stays 0 (ZooKeeper writes the wall clock there) so that every member's
-    /// tree digest stays the same. Whether it changed anything.
+    /// tree digest stays the same. A configuration a reconfig wrote through the log (see
+    /// [`DataTree::config_from_reconfig`]) is kept: it is newer than any zoo.cfg. Whether it
+    /// changed anything.
     pub fn set_config_node(&mut self, data: &[u8], version_zxid: i64) -> bool {
-        const CONFIG: &str = "/zookeeper/config";
-        let unchanged = self
-            .nodes
-            .get(CONFIG)
-            .is_some_and(|n| n.data().unwrap_or_default() == data && n.stat.mzxid == version_zxid);
+        let unchanged = self.config_from_reconfig()
+            || self
+                .nodes
+                .get(CONFIG_NODE)
+                .is_some_and(|n| n.data().unwrap_or_default() == data && n.stat.mzxid == version_zxid);
         if unchanged {
             return false;
         }
         let changed = self.nodes.set_data_checked(
-            CONFIG,
+            CONFIG_NODE,
             Some(data),
             |node| {
                 let old_len = node.data().map_or(0, <[u8]>::len) as i64;
-                Ok::<_, ()>((old_len, digest::node(CONFIG, node.acl, &node.stat, node.data())))
+                Ok::<_, ()>((old_len, digest::node(CONFIG_NODE, node.acl, &node.stat, node.data())))
             },
             |(old_len, old_digest), node| {
                 node.stat.mzxid = version_zxid;
                 node.stat.mtime = 0;
-                (old_len, old_digest, digest::node(CONFIG, &node.acl, &node.stat, Some(data)))
+                (old_len, old_digest, digest::node(CONFIG_NODE, &node.acl, &node.stat, Some(data)))
             },
         );
         match changed {
@@ -407,6 +412,14 @@ impl DataTree {
             }
             _ => false,
         }
+    }
+
+    /// Whether `/zookeeper/config` was written by a reconfig (through the log, with the
+    /// txn's time as its mtime) rather than from a zoo.cfg at start (mtime 0). Versions cannot
+    /// tell: a configuration's version from a file name (`.dynamic.100000000`) may be above
+    /// the zxids of an ensemble that started new.
+    pub fn config_from_reconfig(&self) -> bool {
+        self.nodes.get(CONFIG_NODE).is_some_and(|n| n.stat.mtime != 0)
     }
 
     /// The zxid of the last applied txn.
@@ -638,6 +651,53 @@ impl DataTree {
         }
     }
 
+    /// `setData` on `path`; `system` for the system's own write of `/zookeeper/config` (no
+    /// ACL check, version kept).
+    #[allow(clippy::too_many_arguments)]
+    fn set_data(
+        &mut self,
+        zxid: i64,
+        txn: &Txn,
+        path: &str,
+        data: &Option<Bytes>,
+        version: i32,
+        system: bool,
+        changes: &mut Vec<Change>,
+    ) -> Result<TxnOutput, TreeError> {
+        path::validate(path).map_err(|_| TreeError::BadArguments)?;
+        // One lookup for the checks and the change: this is the hottest write.
+        let (stat, acl, old_len, old_digest, new_digest) = self
+            .nodes
+            .set_data_checked(
+                path,
+                data.as_deref(),
+                |node| {
+                    if !system && !acl::allowed(node.acl, jute::perms::WRITE, &txn.auth) {
+                        return Err(TreeError::NoAuth);
+                    }
+                    // The system's own write keeps the version (-1 on /zookeeper/config, as
+                    // ZooKeeper's `processReconfig` leaves it).
+                    let new_version =
+                        if system { node.stat.version } else { check_version(node.stat.version, version)? };
+                    let old_len = node.data().map_or(0, <[u8]>::len) as i64;
+                    Ok((new_version, old_len, digest::node(path, node.acl, &node.stat, node.data())))
+                },
+                |(new_version, old_len, old_digest), node| {
+                    node.stat.version = new_version;
+                    node.stat.mzxid = zxid;
+                    node.stat.mtime = txn.time_ms;
+                    let new_digest = digest::node(path, &node.acl, &node.stat, data.as_deref());
+                    let stat = node.client_stat(data.as_ref().map_or(0, Bytes::len));
+                    (stat, node.acl.clone(), old_len, old_digest, new_digest)
+                },
+            )
+            .ok_or(TreeError::NoNode)??;
+        self.digest_swap(old_digest, new_digest);
+        self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
+        changes.push(Change { event: EventType::NodeDataChanged, path: path.to_owned(), acl });
+        Ok(TxnOutput::Stat(stat))
+    }
+
     fn apply_one(
         &mut self,
         zxid: i64,
@@ -670,36 +730,12 @@ impl DataTree {
             }
             TxnOp::Create(create) => self.create(zxid, txn, create, changes),
             TxnOp::Delete { path, version } => self.delete(zxid, txn, path, *version, changes),
-            TxnOp::SetData { path, data, version } => {
-                path::validate(path).map_err(|_| TreeError::BadArguments)?;
-                // One lookup for the checks and the change: this is the hottest write.
-                let (stat, acl, old_len, old_digest, new_digest) = self
-                    .nodes
-                    .set_data_checked(
-                        path,
-                        data.as_deref(),
-                        |node| {
-                            if !acl::allowed(node.acl, jute::perms::WRITE, &txn.auth) {
-                                return Err(TreeError::NoAuth);
-                            }
-                            let new_version = check_version(node.stat.version, *version)?;
-                            let old_len = node.data().map_or(0, <[u8]>::len) as i64;
-                            Ok((new_version, old_len, digest::node(path, node.acl, &node.stat, node.data())))
-                        },
-                        |(new_version, old_len, old_digest), node| {
-                            node.stat.version = new_version;
-                            node.stat.mzxid = zxid;
-                            node.stat.mtime = txn.time_ms;
-                            let new_digest = digest::node(path, &node.acl, &node.stat, data.as_deref());
-                            let stat = node.client_stat(data.as_ref().map_or(0, Bytes::len));
-                            (stat, node.acl.clone(), old_len, old_digest, new_digest)
-                        },
-                    )
-                    .ok_or(TreeError::NoNode)??;
-                self.digest_swap(old_digest, new_digest);
-                self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
-                changes.push(Change { event: EventType::NodeDataChanged, path: path.clone(), acl });
-                Ok(TxnOutput::Stat(stat))
+            TxnOp::SetData { path, data, version } => self.set_data(zxid, txn, path, data, *version, false, changes),
+            TxnOp::SetConfig { servers } => {
+                // ZooKeeper's `DataTree.processReconfig`: the new configuration's text, its
+                // version the reconfig's zxid, written as a setData by the system (no ACL).
+                let data = Some(Bytes::from(format!("{servers}version={zxid:x}")));
+                self.set_data(zxid, txn, CONFIG_NODE, &data, -1, true, changes)
             }
             TxnOp::SetAcl { path, acl: requested, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;

@@ -80,6 +80,11 @@ pub enum TxnOp {
     },
     /// An op that prep already refused, kept in its multi so the multi reports it per op.
     Fail(TreeError),
+    /// A reconfig's new configuration (`server.N=...` lines, each ending in a newline) for
+    /// `/zookeeper/config`; apply appends `version=<zxid in hex>` (ZooKeeper's reconfig txn).
+    SetConfig {
+        servers: String,
+    },
 }
 
 /// The result of one op inside a multi.
