@@ -94,7 +94,7 @@ EXCLUDED = {
         # Grows the client's host list to three servers, stops the first and
         # expects the client to stay connected through another member: needs a
         # multi-server ensemble, and this suite runs one server.
-        "test_update_host_list": "needs a 3-server ensemble",
+        "test_update_host_list": "needs a 3-server ensemble (run by test_kazoo_upstream_ensemble.py)",
         # Both stop and restart the server and give the client 5 s to get back.
         # Flaky against ZooKeeper 3.8.0 itself: kazoo retries every 0.1 s, and a
         # reconnect that lands while the restarted ZooKeeper is still starting
@@ -169,7 +169,8 @@ UpstreamInterrupt = _select(up_interrupt.KazooInterruptTests, "kazoo connection 
 # Upstream modules/classes deliberately not selected:
 # - test_connection.TestReadOnlyMode: needs a 3-server ensemble with
 #   readonlymode.enabled and stops two members (cluster[1], cluster[2]).
-# - test_client.TestReconfig: dynamic reconfiguration of a 3-server ensemble.
+# - test_client.TestReconfig: dynamic reconfiguration of a 3-server ensemble
+#   (run by test_kazoo_upstream_ensemble.py, with TestClient.test_update_host_list).
 # - test_client.TestSSLClient: needs a TLS client port and kazoo's generated certificates.
 # - test_sasl: needs a server with a JAAS/SASL (DIGEST-MD5 or Kerberos) login configured.
 # - test_eventlet_handler, test_gevent_handler: exercise kazoo's alternative

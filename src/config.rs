@@ -99,9 +99,7 @@ pub fn parse_config_text(text: &str) -> Result<(BTreeMap<u64, ServerEntry>, i64)
             version = i64::from_str_radix(value, 16).map_err(|_| bad(key, value, "not a hex version"))?;
         } else if let Some(id) = key.strip_prefix("server.") {
             let id = parse::<u64>(key, id)?;
-            if id == 0 || id > 254 {
-                return Err(bad(key, value, "server ids must be 1..=254"));
-            }
+            check_server_id(key, value, id)?;
             servers.insert(id, parse_server(key, id, value)?);
         } else {
             return Err(bad(key, value, "not a member line"));
@@ -158,6 +156,15 @@ pub fn write_reconfigured(
     out.push_str(&format!("dynamicConfigFile={}\n", dynamic.display()));
     write_atomically(config_file, &out)?;
     Ok(dynamic)
+}
+
+/// A `server.N` id: any positive number, as ZooKeeper takes (a member's own `myid` must also
+/// fit the top byte of its session ids: see [`Config::from_properties`]).
+pub fn check_server_id(key: &str, value: &str, id: u64) -> Result<(), ConfigError> {
+    if id == 0 || id > i64::MAX as u64 {
+        return Err(bad(key, value, "server ids must be positive"));
+    }
+    Ok(())
 }
 
 /// Parses a `server.N` value as ZooKeeper's `QuorumPeer.QuorumServer` does.
@@ -680,9 +687,7 @@ pub fn read_dynamic_config(path: &Path) -> Result<BTreeMap<u64, ServerEntry>, Co
     for (key, value) in &props {
         if let Some(id) = key.strip_prefix("server.") {
             let id = parse::<u64>(key, id)?;
-            if id == 0 || id > 254 {
-                return Err(bad(key, value, "server ids must be 1..=254"));
-            }
+            check_server_id(key, value, id)?;
             servers.insert(id, parse_server(key, id, value)?);
         } else if key == "version" {
             return Err(bad(key, value, "a dynamic config file must not hold its version (its name does)"));
@@ -943,9 +948,7 @@ impl Config {
                 }
                 k if k.starts_with("server.") => {
                     let id = parse::<u64>(raw_key, &k["server.".len()..])?;
-                    if id == 0 || id > 254 {
-                        return Err(bad(raw_key, value, "server ids must be 1..=254"));
-                    }
+                    check_server_id(raw_key, value, id)?;
                     c.servers.insert(id, parse_server(raw_key, id, value)?);
                 }
                 "reconfigEnabled" => c.reconfig_enabled = parse_bool(raw_key, value)?,
@@ -1113,6 +1116,10 @@ impl Config {
                 bad("myid", &myid_path.display().to_string(), format!("an ensemble member needs dataDir/myid: {e}"))
             })?;
             let id = parse::<u64>("myid", text.trim())?;
+            if !(1..=254).contains(&id) {
+                // The top byte of this member's session ids (ZooKeeper's rule too).
+                return Err(bad("myid", text.trim(), "a member's id must be 1..=254"));
+            }
             if !c.servers.contains_key(&id) {
                 return Err(bad("myid", text.trim(), "no server.N line in zoo.cfg has this id"));
             }

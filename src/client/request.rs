@@ -208,14 +208,14 @@ impl Requests {
                 (job.boxed(), false)
             }
             Prepped::Sync => (self.after_sync(xid, request, order::Scope::All, (op, short), started), false),
-            Prepped::Reconfig(reconfig) => {
+            Prepped::Reconfig(reconfig, allowed) => {
                 // After the session's earlier writes, like a read.
                 let target = self.submitted;
                 let mut rx = self.written().subscribe();
                 let d = self.d.clone();
                 let job = async move {
                     let _ = rx.wait_for(|v| v.count >= target).await;
-                    let reply = d.reconfig(reconfig).await;
+                    let reply = d.reconfig(reconfig, allowed).await;
                     Done { xid, reply, close: false, op, short, started }
                 };
                 (job.boxed(), false)

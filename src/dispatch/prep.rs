@@ -28,8 +28,8 @@ pub enum Prepped {
     Refuse(ErrorCode),
     /// Catch up with the leader ([`Dispatcher::sync`]), then answer as a read.
     Sync,
-    /// Change the members ([`Dispatcher::reconfig`]); allowed here.
-    Reconfig(jute::ReconfigRequest),
+    /// Change the members ([`Dispatcher::reconfig`]), and whether the caller may.
+    Reconfig(jute::ReconfigRequest, bool),
 }
 
 /// A write ready to be proposed: its txn and the opcode its reply is shaped for.
@@ -168,9 +168,9 @@ impl Dispatcher {
             Request::CloseSession => {
                 write(Ok(TxnOp::CloseSession { session_id: caller.session_id }), OpCode::CloseSession)
             }
-            Request::Reconfig(r) => match self.reconfig_refusal(caller) {
+            Request::Reconfig(r) => match self.reconfig_refusal() {
                 Some(code) => Prepped::Refuse(code),
-                None => Prepped::Reconfig(std::mem::take(r)),
+                None => Prepped::Reconfig(std::mem::take(r), self.may_reconfig(caller)),
             },
             Request::Sync(_) => Prepped::Sync,
             Request::DeleteContainer(_) => Prepped::Refuse(ErrorCode::Unimplemented),

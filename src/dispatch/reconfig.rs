@@ -1,6 +1,7 @@
 //! Reconfig (opcode 16; ZooKeeper's reconfig case of `PrepRequestProcessor` and the leader's
 //! part of it): checked where it arrives (`reconfigEnabled`, WRITE on `/zookeeper/config`,
-//! which only a super user has by default), run on the leader (forwarded from a follower):
+//! which only a super user has by default, answered in ZooKeeper's order after the version
+//! and argument checks), run on the leader (forwarded from a follower):
 //! the next configuration is computed from `/zookeeper/config` (incremental `-add`/`-remove`
 //! or non-incremental `-members`), new members join as Raft learners and catch up, a quorum
 //! of the new voters must be in step with the leader (else NewConfigNoQuorum), then one
@@ -47,9 +48,7 @@ fn parse_member(text: &str) -> Result<ServerEntry, ReconfigError> {
         .map_or(key, |(_, id)| id)
         .parse::<u64>()
         .map_err(|_| bad(format!("{key}: not a server id")))?;
-    if id == 0 || id > 254 {
-        return Err(bad(format!("{key}: server ids must be 1..=254")));
-    }
+    crate::config::check_server_id(key, value, id).map_err(|e| bad(e.to_string()))?;
     crate::config::parse_server(key, id, value.trim()).map_err(|e| bad(e.to_string()))
 }
 
@@ -112,28 +111,31 @@ pub fn next_config(
 }
 
 impl Dispatcher {
-    /// What prep refuses a reconfig with where it arrives: not enabled, a standalone server,
-    /// or a caller without WRITE on `/zookeeper/config` (a super user has it).
-    pub(super) fn reconfig_refusal(&self, caller: &Caller) -> Option<ErrorCode> {
+    /// What prep refuses a reconfig with where it arrives: not enabled, or a standalone
+    /// server.
+    pub(super) fn reconfig_refusal(&self) -> Option<ErrorCode> {
         if !self.0.config.reconfig_enabled {
             return Some(ErrorCode::ReconfigDisabled);
         }
-        if self.0.raft.options().standalone {
-            return Some(ErrorCode::Unimplemented);
-        }
+        self.0.raft.options().standalone.then_some(ErrorCode::Unimplemented)
+    }
+
+    /// Whether `caller` may reconfig: WRITE on `/zookeeper/config` (a super user has it).
+    /// ZooKeeper answers NoAuth only after its other checks, so the leader does.
+    pub(super) fn may_reconfig(&self, caller: &Caller) -> bool {
         let tree = self.0.shared.read();
-        let allowed = tree.node(CONFIG_NODE).is_some_and(|n| acl::allowed(n.acl, jute::perms::WRITE, &caller.auth));
-        (!allowed).then_some(ErrorCode::NoAuth)
+        tree.node(CONFIG_NODE).is_some_and(|n| acl::allowed(n.acl, jute::perms::WRITE, &caller.auth))
     }
 
     /// Runs a client's reconfig (on the leader, or forwarded to it) and answers it with the
     /// new configuration, as ZooKeeper's `GetDataResponse`.
-    pub async fn reconfig(&self, req: jute::ReconfigRequest) -> Reply {
+    pub async fn reconfig(&self, req: jute::ReconfigRequest, allowed: bool) -> Reply {
         let r = Reconfig {
             joining: req.joining_servers,
             leaving: req.leaving_servers,
             new_members: req.new_members,
             from_config: req.cur_config_id,
+            allowed,
         };
         let done = match self.run_or_forward(r).await {
             Ok(done) => done,
@@ -210,6 +212,9 @@ impl Dispatcher {
             return Err(ReconfigError::BadVersion);
         }
         let next = next_config(&current, &r)?;
+        if !r.allowed {
+            return Err(ReconfigError::NoAuth);
+        }
         let voters: BTreeSet<u64> = next.values().filter(|s| !s.observer).map(|s| s.id).collect();
         let me = raft.id();
         let recent = crate::raft::serving::limit(raft.options());
@@ -231,7 +236,7 @@ impl Dispatcher {
         let joining: BTreeMap<u64, String> =
             next.values().filter(|s| !present.contains_key(&s.id)).map(|s| (s.id, s.spec())).collect();
         let patience = self.sync_limit();
-        let caught_up = raft.add_learners(&joining, patience).await;
+        let caught_up = raft.add_learners(&joining, &voters, patience).await;
         let synced: BTreeSet<u64> = raft.synced(recent).union(&caught_up).copied().collect();
         let in_step = voters.iter().filter(|v| synced.contains(v)).count();
         if in_step * 2 <= voters.len() {
@@ -318,6 +323,7 @@ mod tests {
             leaving: leaving.map(str::to_owned),
             new_members: members.map(str::to_owned),
             from_config: -1,
+            allowed: true,
         }
     }
 

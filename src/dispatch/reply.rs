@@ -55,6 +55,7 @@ pub fn reconfig_error_code(e: &crate::peer::ReconfigError) -> ErrorCode {
     use crate::peer::ReconfigError as R;
     match e {
         R::Standalone => ErrorCode::Unimplemented,
+        R::NoAuth => ErrorCode::NoAuth,
         R::InProgress => ErrorCode::ReconfigInProgress,
         R::BadVersion => ErrorCode::BadVersion,
         R::BadArguments(why) => {

@@ -100,6 +100,9 @@ pub struct Reconfig {
     pub new_members: Option<String>,
     /// The configuration version the change applies to; -1: any.
     pub from_config: i64,
+    /// Whether the caller may write `/zookeeper/config` (checked where it arrived, answered
+    /// by the leader after the checks ZooKeeper makes first).
+    pub allowed: bool,
 }
 
 /// Why a reconfig failed (mapped to ZooKeeper's codes in `dispatch::reply`).
@@ -107,6 +110,8 @@ pub struct Reconfig {
 pub enum ReconfigError {
     /// A standalone server has no members to change.
     Standalone,
+    /// The caller may not write `/zookeeper/config`.
+    NoAuth,
     /// A change is under way.
     InProgress,
     /// `from_config` is not the current version.

@@ -94,18 +94,26 @@ impl Raft {
         out
     }
 
-    /// On the leader: adds `nodes` as learners and waits up to `patience` for them to catch
-    /// up with the log; returns those that did. Nodes already in the group are skipped.
-    pub async fn add_learners(&self, nodes: &BTreeMap<u64, String>, patience: Duration) -> BTreeSet<u64> {
+    /// On the leader: adds `nodes` as learners; waits up to `patience` for those in `voters`
+    /// to catch up with the log (an observer need not: it never counts toward a quorum) and
+    /// returns those that did. Nodes already in the group are skipped.
+    pub async fn add_learners(
+        &self,
+        nodes: &BTreeMap<u64, String>,
+        voters: &BTreeSet<u64>,
+        patience: Duration,
+    ) -> BTreeSet<u64> {
         let present = self.members().nodes;
         let mut caught_up = BTreeSet::new();
         let deadline = tokio::time::Instant::now() + patience;
         for (id, addr) in nodes.iter().filter(|(id, _)| !present.contains_key(id)) {
-            let add = self.inner.add_learner(*id, openraft::BasicNode { addr: addr.clone() }, true);
+            let wait = voters.contains(id);
+            let add = self.inner.add_learner(*id, openraft::BasicNode { addr: addr.clone() }, wait);
             match tokio::time::timeout_at(deadline, add).await {
-                Ok(Ok(_)) => {
+                Ok(Ok(_)) if wait => {
                     caught_up.insert(*id);
                 }
+                Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::warn!(node = id, error = %e, "adding a new member as a learner failed"),
                 Err(_) => tracing::info!(node = id, "a new member did not catch up in time"),
             }
