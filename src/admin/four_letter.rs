@@ -70,7 +70,7 @@ pub fn mode(d: &View) -> &'static str {
     }
     if d.raft.is_leader() {
         "leader"
-    } else if d.config.servers.get(&d.config.server_id).is_some_and(|s| s.observer) {
+    } else if d.servers().get(&d.config.server_id).is_some_and(|s| s.observer) {
         "observer"
     } else {
         "follower"

@@ -206,10 +206,9 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
             }
         }
         "voting_view" => {
-            // The voting members (observers are not), as zoo.cfg names them.
+            // The voting members (observers are not), as zoo.cfg or the last reconfig names them.
             let view: Map<String, Value> = d
-                .config
-                .servers
+                .servers()
                 .values()
                 .filter(|s| !s.observer)
                 .map(|s| {
@@ -234,7 +233,7 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
             // Commands.ZabStateCommand. Warden has no ZAB: "broadcast" while it serves as a
             // member of a quorum, "election" without a leader, "synchronization" while it
             // has a leader and catches up.
-            match d.config.servers.get(&d.config.server_id) {
+            match d.servers().get(&d.config.server_id) {
                 None => {
                     m.insert("voting".into(), json!(false));
                     m.insert("zabstate".into(), json!(""));
@@ -273,8 +272,7 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
             // Commands.SyncedObserverConsCommand: on the leader, the observers it replicates to.
             let observers: Vec<Value> = if d.raft.is_leader() {
                 let status = d.raft.status();
-                d.config
-                    .servers
+                d.servers()
                     .values()
                     .filter(|s| s.observer && status.members.contains_key(&s.id))
                     .map(|s| json!({ "qid": s.id, "remote_socket_address": s.peer_addr() }))

@@ -141,8 +141,12 @@ impl Dispatcher {
             Ok(done) => done,
             Err(e) => return Reply::error(self.last_zxid(), super::reply::reconfig_error_code(&e)),
         };
-        // The caller reads its own change here next.
-        self.0.shared.wait_applied(done.zxid, FORWARD_PATIENCE).await;
+        // The caller reads its own change here next, unless the change removed this member
+        // (which applies no more of the log).
+        let me = format!("server.{}=", self.0.raft.id());
+        if String::from_utf8_lossy(&done.data).lines().any(|l| l.starts_with(&me)) {
+            self.0.shared.wait_applied(done.zxid, FORWARD_PATIENCE).await;
+        }
         Reply {
             zxid: done.zxid,
             err: ErrorCode::Ok,
@@ -237,8 +241,17 @@ impl Dispatcher {
             next.values().filter(|s| !present.contains_key(&s.id)).map(|s| (s.id, s.spec())).collect();
         let patience = self.sync_limit();
         let caught_up = raft.add_learners(&joining, &voters, patience).await;
-        let synced: BTreeSet<u64> = raft.synced(recent).union(&caught_up).copied().collect();
-        let in_step = voters.iter().filter(|v| synced.contains(v)).count();
+        // A leader elected moments ago (one that a removed leader handed over to) hears
+        // from its followers within a heartbeat or two: give them until `syncLimit`.
+        let deadline = tokio::time::Instant::now() + patience;
+        let in_step = loop {
+            let synced: BTreeSet<u64> = raft.synced(recent).union(&caught_up).copied().collect();
+            let in_step = voters.iter().filter(|v| synced.contains(v)).count();
+            if in_step * 2 > voters.len() || tokio::time::Instant::now() >= deadline {
+                break in_step;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         if in_step * 2 <= voters.len() {
             tracing::warn!(in_step, voters = voters.len(), "reconfig refused: too few of the new voters are in step");
             let added: BTreeSet<u64> =
