@@ -234,6 +234,8 @@ impl Requests {
                         hold.await;
                     }
                     let reply = d.write(write, committed_is_enough).await;
+                    // ZooKeeper tears down a connection whose session moved to another member.
+                    let close = close || reply.err == ErrorCode::SessionMoved;
                     // Only a read waiting for it is told (see `Written`).
                     done.send_if_modified(|v| {
                         v.count += 1;

@@ -113,7 +113,12 @@ impl Dispatcher {
                 }
             }
         }
-        self.resume(req, ids, timeout, false)
+        let resumed = self.resume(req, ids, timeout, false);
+        if matches!(resumed, Connected::Established(..)) && self.0.raft.is_leader() {
+            // The session is this member's now (a follower's revalidation says the same).
+            self.0.sessions.moved_to(req.session_id, self.0.raft.id());
+        }
+        resumed
     }
 
     /// A session the client brings back: this member's table must hold it, with the password
@@ -174,7 +179,7 @@ impl Dispatcher {
         use crate::peer::PeerResponse;
         let (leader, addr) = self.0.raft.status().leader_addr().ok_or("no leader")?;
         let client = self.0.peers.client(leader, &addr);
-        let answer = client.call(PeerRequest::ValidateSession(session), VALIDATE_PATIENCE).await;
+        let answer = client.call(PeerRequest::ValidateSessionFrom(session, self.0.raft.id()), VALIDATE_PATIENCE).await;
         match answer.map_err(|e| e.to_string())? {
             PeerResponse::ValidateSession(Ok((false, _))) => Ok(false),
             PeerResponse::ValidateSession(Ok((true, zxid))) => {

@@ -18,11 +18,22 @@ impl crate::peer::PeerHandler for Dispatcher {
     }
 
     #[allow(clippy::async_yields_async)] // the outer future queues, the inner one waits
-    fn forward(&self, batch: TxnBatch) -> BoxFuture<'static, BoxFuture<'static, Result<Vec<TxnResult>, String>>> {
-        let proposer = self.0.proposer.clone();
+    fn forward(
+        &self,
+        batch: TxnBatch,
+        origin: Option<u64>,
+    ) -> BoxFuture<'static, BoxFuture<'static, Result<Vec<TxnResult>, String>>> {
+        let d = self.clone();
         Box::pin(async move {
+            let proposer = d.0.proposer.clone();
             let mut waits = Vec::with_capacity(batch.txns.len());
             for txn in Arc::unwrap_or_clone(batch.txns) {
+                if let Some(refused) = origin.and_then(|o| d.moved_away(&txn, o)) {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let _ = tx.send(Ok(refused));
+                    waits.push(rx);
+                    continue;
+                }
                 match proposer.submit(txn).await {
                     Ok(w) => waits.push(w),
                     Err(e) => {
@@ -50,13 +61,18 @@ impl crate::peer::PeerHandler for Dispatcher {
         Box::pin(async move { d.read_index().await.map_err(|e| e.to_string()) })
     }
 
-    fn validate_session(&self, session: i64) -> Result<(bool, i64), String> {
+    fn validate_session(&self, session: i64, origin: Option<u64>) -> Result<(bool, i64), String> {
         if !self.0.raft.is_leader() {
             return Err("not the leader".into());
         }
-        let tree = self.0.shared.read();
-        let alive = tree.session(session).is_some() && !self.0.sessions.is_closing(session);
-        Ok((alive, tree.last_zxid()))
+        let (alive, zxid) = {
+            let tree = self.0.shared.read();
+            (tree.session(session).is_some() && !self.0.sessions.is_closing(session), tree.last_zxid())
+        };
+        if let (true, Some(member)) = (alive, origin) {
+            self.0.sessions.moved_to(session, member);
+        }
+        Ok((alive, zxid))
     }
 
     /// A member with a membership (an initialised group, or one received from its leader)

@@ -44,6 +44,8 @@ use crate::raft::Raft;
 use crate::raft::Role;
 use crate::raft::TxnBatch;
 use crate::tree::txn::Txn;
+use crate::tree::txn::TxnOp;
+use crate::tree::txn::TxnResult;
 
 /// Txns per log entry at most.
 pub const MAX_BATCH: usize = 1024;
@@ -296,7 +298,11 @@ impl super::Dispatcher {
     /// ([`super::Dispatcher::read_after`]).
     pub async fn write(&self, write: super::Write, committed_is_enough: bool) -> super::Reply {
         let super::Write { txn, op, path_only } = write;
-        let result = if committed_is_enough {
+        let me = self.0.raft.id();
+        let moved = if self.0.raft.is_leader() { self.moved_away(&txn, me) } else { None };
+        let result = if let Some(refused) = moved {
+            Ok(refused)
+        } else if committed_is_enough {
             match self.0.proposer.submit_committed(txn).await {
                 Ok(wait) => wait.await.unwrap_or_else(|_| Err(dropped())),
                 Err(e) => Err(e),
@@ -307,6 +313,28 @@ impl super::Dispatcher {
         let mut reply = self.write_reply(op, result);
         super::Dispatcher::shape_multi(&path_only, &mut reply);
         reply
+    }
+}
+
+impl super::Dispatcher {
+    /// On the leader: the SessionMoved answer for a write that came from `member`'s
+    /// connection of a session another member now serves (ZooKeeper's
+    /// `SessionTracker.checkSession` with the request's owner); `None` to go on. A session
+    /// created or first heard of here becomes `member`'s.
+    pub(super) fn moved_away(&self, txn: &Txn, member: u64) -> Option<TxnResult> {
+        let session = match &txn.op {
+            TxnOp::CreateSession { session_id, .. } => *session_id,
+            _ => txn.session_id,
+        };
+        if session == 0 || self.0.sessions.claim(session, member) {
+            return None;
+        }
+        tracing::debug!(
+            session = format_args!("{session:#x}"),
+            member,
+            "a write from a session's old member: SessionMoved"
+        );
+        Some(TxnResult { zxid: self.last_zxid(), outcome: Err(crate::tree::TreeError::SessionMoved) })
     }
 }
 
@@ -403,7 +431,7 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
         }
         metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
         let client = peers.client(leader_id, &leader_addr);
-        match client.start(PeerRequest::Forward(TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
+        match client.start(PeerRequest::ForwardFrom(me, TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
             Ok(answer) => {
                 let tree = tree.clone();
                 let mut leader = raft.leader_watch();

@@ -47,6 +47,7 @@ pub fn error_code(e: TreeError) -> ErrorCode {
         TreeError::SessionExpired => ErrorCode::SessionExpired,
         TreeError::RuntimeInconsistency => ErrorCode::RuntimeInconsistency,
         TreeError::Unimplemented => ErrorCode::Unimplemented,
+        TreeError::SessionMoved => ErrorCode::SessionMoved,
     }
 }
 

@@ -90,6 +90,11 @@ pub enum PeerRequest {
     Sasl(Vec<u8>),
     /// A client's `reconfig`, already allowed where it arrived, for the leader to run.
     Reconfig(Reconfig),
+    /// [`PeerRequest::Forward`] from member `.0`: writes of sessions another member now
+    /// serves are refused with SessionMoved.
+    ForwardFrom(u64, TxnBatch),
+    /// [`PeerRequest::ValidateSession`] by member `.1`, which the session now belongs to.
+    ValidateSessionFrom(i64, u64),
 }
 
 /// A `reconfig` request (ZooKeeper's `ReconfigRequest`).
@@ -595,6 +600,7 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn forward(
         &self,
         batch: TxnBatch,
+        origin: Option<u64>,
     ) -> futures::future::BoxFuture<'static, futures::future::BoxFuture<'static, Result<Vec<TxnResult>, String>>>;
     /// The leader's linearizable read point.
     fn read_index(&self) -> futures::future::BoxFuture<'static, Result<i64, String>>;
@@ -602,7 +608,8 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn touch(&self, sessions: &[i64]);
     /// On the leader: whether `session` is alive (not closed, not being expired), and the
     /// last applied zxid.
-    fn validate_session(&self, session: i64) -> Result<(bool, i64), String>;
+    /// `origin`: the member the session is resumed on.
+    fn validate_session(&self, session: i64, origin: Option<u64>) -> Result<(bool, i64), String>;
     /// How this member started, for a new member's [`bootstrap`].
     fn bootstrap(&self) -> bootstrap::BootstrapState;
     /// On the leader: runs a reconfig a follower's client asked for.
@@ -757,15 +764,23 @@ async fn server_connection<H: PeerHandler>(
         match env.body {
             // Submitted here, in arrival order; only the wait is concurrent.
             PeerRequest::Forward(batch) => {
-                let fut = h.forward(batch).await;
+                let fut = h.forward(batch, None).await;
                 waiting.push(async move { (id, PeerResponse::Forward(fut.await)) }.boxed());
+            }
+            PeerRequest::ForwardFrom(origin, batch) => {
+                let fut = h.forward(batch, Some(origin)).await;
+                waiting.push(async move { (id, PeerResponse::Forward(fut.await)) }.boxed());
+            }
+            PeerRequest::ValidateSessionFrom(session, origin) => {
+                let alive = h.validate_session(session, Some(origin));
+                answer(&mut writer, id, PeerResponse::ValidateSession(alive)).await?;
             }
             PeerRequest::Touch(sessions) => {
                 h.touch(&sessions);
                 answer(&mut writer, id, PeerResponse::Touch).await?;
             }
             PeerRequest::ValidateSession(session) => {
-                let alive = h.validate_session(session);
+                let alive = h.validate_session(session, None);
                 answer(&mut writer, id, PeerResponse::ValidateSession(alive)).await?;
             }
             // The gate answered it above.

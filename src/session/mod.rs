@@ -43,6 +43,11 @@ pub struct SessionTracker {
     touched: Mutex<std::collections::HashSet<i64>>,
     counter: AtomicI64,
     server_id: u64,
+    /// On the leader: which member serves each session (ZooKeeper's session owner), set when
+    /// a session is created or resumed there; a write from another member's connection is
+    /// refused with SessionMoved. In memory only, as in ZooKeeper: a new leader learns each
+    /// session's member from its next write or reconnect.
+    members: Mutex<HashMap<i64, u64>>,
 }
 
 impl SessionTracker {
@@ -56,6 +61,7 @@ impl SessionTracker {
             touched: Mutex::new(std::collections::HashSet::new()),
             counter: AtomicI64::new(base),
             server_id,
+            members: Mutex::new(HashMap::new()),
         }
     }
 
@@ -133,8 +139,33 @@ impl SessionTracker {
         }
     }
 
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<i64, u64>> {
+        self.members.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// On the leader: whether a write of `session` from `member`'s connection may go on: the
+    /// session is that member's (or not known yet, and now is).
+    pub fn claim(&self, session: i64, member: u64) -> bool {
+        *self.members().entry(session).or_insert(member) == member
+    }
+
+    /// On the leader: `session` was resumed on `member`. Writes from its connections anywhere
+    /// else are refused from now on, and a connection of it on this member, if another, is
+    /// closed (ZooKeeper's leader does the same).
+    pub fn moved_to(&self, session: i64, member: u64) {
+        let before = self.members().insert(session, member);
+        if member != self.server_id && before != Some(member) {
+            if let Some(l) = self.lock().get_mut(&session) {
+                if let Some((_, close)) = l.owner.take() {
+                    let _ = close.send(());
+                }
+            }
+        }
+    }
+
     /// The session is gone from the tree; forget it.
     pub fn remove(&self, session: i64) {
+        self.members().remove(&session);
         if let Some(l) = self.lock().remove(&session) {
             if let Some((_, close)) = l.owner {
                 let _ = close.send(());

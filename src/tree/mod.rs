@@ -71,6 +71,10 @@ pub enum TreeError {
     RuntimeInconsistency,
     #[error("unimplemented")]
     Unimplemented,
+    /// The session now belongs to another member (ZooKeeper's SessionMovedException): a
+    /// write that arrived on its old connection, refused by the leader before the log.
+    #[error("session moved")]
+    SessionMoved,
 }
 
 /// What kind of node this is, from `ephemeralOwner` (`EphemeralType.get`).
