@@ -168,7 +168,8 @@ UpstreamInterrupt = _select(up_interrupt.KazooInterruptTests, "kazoo connection 
 
 # Upstream modules/classes deliberately not selected:
 # - test_connection.TestReadOnlyMode: needs a 3-server ensemble with
-#   readonlymode.enabled and stops two members (cluster[1], cluster[2]).
+#   readonlymode.enabled and stops two members (cluster[1], cluster[2]); run by
+#   test_kazoo_upstream_readonly.py.
 # - test_client.TestReconfig: dynamic reconfiguration of a 3-server ensemble
 #   (run by test_kazoo_upstream_ensemble.py, with TestClient.test_update_host_list).
 # - test_client.TestSSLClient: needs a TLS client port and kazoo's generated certificates.
