@@ -187,7 +187,8 @@ impl Requests {
             Prepped::Read => {
                 self.watching |= Dispatcher::may_watch(&request);
                 let written = self.written.as_ref().map_or_else(Written::default, |t| *t.borrow());
-                let now = if written.count >= self.submitted {
+                let unapplied = d.unapplied();
+                let now = if written.count >= self.submitted && unapplied.is_none() {
                     d.read_applied(&self.caller, &request, written.zxid)
                 } else {
                     None
@@ -201,7 +202,10 @@ impl Requests {
                 let ticket = self.waiting_reads.register(order::read_scope(&request));
                 let job = async move {
                     let fence = rx.wait_for(|v| v.count >= target).await.map_or(0, |v| v.zxid);
-                    let reply = d.read_after(&caller, &request, fence).await;
+                    let reply = match unapplied {
+                        Some(index) => d.read_after_unapplied(&caller, &request, index, fence).await,
+                        None => d.read_after(&caller, &request, fence).await,
+                    };
                     ticket.ran();
                     Done { xid, reply, close: false, op, short, started }
                 };

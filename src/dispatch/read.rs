@@ -131,6 +131,25 @@ impl Dispatcher {
         (tree.last_zxid() >= fence).then(|| self.read_in(&tree, caller, request))
     }
 
+    /// On a follower or observer: the log index of entries the leader already sent here that
+    /// are not applied yet, if any. A write another client saw acknowledged is most likely
+    /// among them (the leader sends its entry to every member before it commits), and a
+    /// follower applies it only after its own fsync and one more round trip with the leader;
+    /// a read that waits for them ([`Dispatcher::read_after_unapplied`]) sees it, as a
+    /// ZooKeeper follower, which applies a commit as soon as it hears of it, usually does.
+    pub fn unapplied(&self) -> Option<u64> {
+        let received = self.0.raft.received_index();
+        (received > *self.0.shared.applied_index.borrow() && !self.0.raft.is_leader()).then_some(received)
+    }
+
+    /// Waits (at most a heartbeat interval) until entries up to `index` are applied here, then
+    /// serves the read after `fence` as [`Dispatcher::read_after`] does.
+    pub async fn read_after_unapplied(&self, caller: &Caller, request: &Request, index: u64, fence: i64) -> Reply {
+        let mut applied = self.0.shared.applied_index.subscribe();
+        let _ = tokio::time::timeout(self.0.raft.heartbeat(), applied.wait_for(|i| *i >= index)).await;
+        self.read_after(caller, request, fence).await
+    }
+
     /// Serves a read once the local tree has applied `fence`. A server that does not get
     /// there within [`FENCE_PATIENCE`] (cut off from its leader) serves it from what it has,
     /// as it answers a write it could not apply in that time.

@@ -219,6 +219,8 @@ pub struct Raft {
     id: u64,
     contact: Arc<election::LeaderContact>,
     options: Arc<Options>,
+    /// The highest log index a leader's AppendEntries brought this member.
+    received: Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn text(e: impl std::fmt::Display) -> String {
@@ -271,6 +273,7 @@ impl Raft {
                 Duration::from_millis(options.heartbeat_ms * 3).max(Duration::from_millis(50)),
             )),
             options: Arc::new(options),
+            received: Default::default(),
         };
         if raft.options.initialize && !raft.inner.is_initialized().await.map_err(text)? {
             let members: BTreeMap<u64, openraft::BasicNode> = raft
@@ -293,6 +296,12 @@ impl Raft {
                 .map_err(text)?;
         }
         Ok(raft)
+    }
+
+    /// The highest log index a leader's AppendEntries brought this member (0 on a leader
+    /// that never followed).
+    pub fn received_index(&self) -> u64 {
+        self.received.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This member's id.
@@ -448,6 +457,9 @@ impl Raft {
         match req {
             Q::AppendEntries(rpc) => {
                 self.heard_from(&rpc.vote, rpc.leader_commit.map(|l| l.index));
+                if let Some(last) = rpc.entries.last() {
+                    self.received.fetch_max(last.log_id.index, std::sync::atomic::Ordering::Relaxed);
+                }
                 A::AppendEntries(self.inner.append_entries(rpc).await)
             }
             Q::Vote(rpc) => A::Vote(self.inner.vote(rpc).await),

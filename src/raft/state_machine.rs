@@ -65,6 +65,10 @@ pub struct SharedTree {
     /// The zxid of the newest snapshot taken or loaded: snapCount counts txns from here, as
     /// ZooKeeper's does (a log entry may carry a whole batch of them).
     pub snapshot_zxid: std::sync::atomic::AtomicI64,
+    /// The log index of the last applied entry (blank and membership entries included): a
+    /// follower's reads wait for entries it holds but has not applied (see
+    /// `Dispatcher::unapplied`).
+    pub applied_index: tokio::sync::watch::Sender<u64>,
 }
 
 /// A lock on the shared tree, read or write; dereferences to the tree.
@@ -124,6 +128,7 @@ impl SharedTree {
             tree: RwLock::new(DataTree::new()),
             applied: tokio::sync::watch::channel(0).0,
             snapshot_zxid: Default::default(),
+            applied_index: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -212,6 +217,7 @@ impl StateMachine {
             let last_zxid = file.tree.last_zxid();
             *sm.shared.write() = file.tree;
             sm.shared.applied.send_replace(last_zxid);
+            sm.shared.applied_index.send_replace(file.last_applied.map_or(0, |l| l.index));
             sm.shared.snapshot_zxid.store(last_zxid, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(sm)
@@ -309,6 +315,7 @@ impl StateMachine {
             tree.last_zxid()
         };
         self.shared.applied.send_replace(last_zxid);
+        self.shared.applied_index.send_replace(self.last_applied.map_or(0, |l| l.index));
         out
     }
 
@@ -370,6 +377,7 @@ impl StateMachine {
             old
         };
         self.shared.applied.send_replace(last_zxid);
+        self.shared.applied_index.send_replace(meta.last_log_id.map_or(0, |l| l.index));
         // The old tree is freed outside the lock: a large one takes a while.
         drop(old);
         tracing::info!(
