@@ -26,6 +26,9 @@ API (indices are 0-based; member i has myid i+1):
   ens.start(i)         restart member i on the same ports and data dir (wait=True: until it serves;
                        ens.start() with no index starts the whole ensemble)
   ens.sigstop(i) / ens.sigcont(i)   freeze / thaw member i (pid: ens.pid(i))
+  ens.add_member(extra_cfg=None) -> i   one more member (myid i+1) on new ports, not started: its
+                       zoo.cfg holds the others' server.N lines and its own; the caller gives it its
+                       membership (e.g. a dynamic file) and starts it with ens.start(i)
   ens.close()          SIGKILL everything, remove temp dirs
 
 Fixtures (re-exported by conftest.py): `ensemble3` (function scope),
@@ -145,6 +148,7 @@ class Ensemble:
         }
         cfg: dict[str, object] = {**ZK_QUORUM_CFG, **quorum}
         cfg.update(extra_cfg or {})
+        self._cfg, self._name, self._member_factory = cfg, name, member_factory  # for add_member
         self.members: list[Member] = []
         self._stopped: set[int] = set()  # SIGSTOPped
         self._down: set[int] = set()  # stopped or killed on purpose (not yet restarted)
@@ -157,6 +161,31 @@ class Ensemble:
             raise
         self.hostports = [m.hostport for m in self.members]
         self.connect_string = ",".join(self.hostports)
+
+    def add_member(self, extra_cfg: dict[str, object] | None = None) -> int:
+        """Append member n+1 (index n) on three new free ports, not started; return its index.
+
+        Its zoo.cfg is the ensemble's (every server.N line, its own added) with extra_cfg on
+        top. Used to grow an ensemble by reconfig: the caller writes the membership the new
+        member starts with, then ens.start(i, wait=...)."""
+        taken = {*self.peer_ports, *self.election_ports, *(m.port for m in self.members)}
+        for _ in range(20):
+            ports = free_ports(3)
+            if not taken.intersection(ports):
+                break
+        else:
+            raise RuntimeError(f"no three free ports outside {sorted(taken)}")
+        i = self.n
+        peer, election, client = ports
+        cfg = {**self._cfg, f"server.{i + 1}": f"{harness.HOST}:{peer}:{election}", **(extra_cfg or {})}
+        member = (self._member_factory or Member)(self.kind, f"{self._name}-{i + 1}", i + 1, cfg, client)
+        self.members.append(member)
+        self.peer_ports.append(peer)
+        self.election_ports.append(election)
+        self.n += 1
+        self.hostports = [m.hostport for m in self.members]
+        self.connect_string = ",".join(self.hostports)
+        return i
 
     # -- lifecycle -------------------------------------------------------
     def start(self, i: int | None = None, wait: bool = True, timeout: float | None = None) -> "Ensemble":

@@ -240,10 +240,27 @@ impl Dispatcher {
         let joining: BTreeMap<u64, String> =
             next.values().filter(|s| !present.contains_key(&s.id)).map(|s| (s.id, s.spec())).collect();
         let patience = self.sync_limit();
-        let caught_up = raft.add_learners(&joining, &voters, patience).await;
+        let deadline = tokio::time::Instant::now() + patience;
+        // ZooKeeper counts the new voters that are connected and in step with the leader; a
+        // new member here is connected once it answers on its peer port (it was started to
+        // join), and can be in step once added. Too few even then: refused at once.
+        let reachable = self.reachable(joining.keys().filter(|id| voters.contains(id)), &joining).await;
+        let staying = voters.iter().filter(|v| present.contains_key(v)).count();
+        if (staying + reachable.len()) * 2 <= voters.len() {
+            tracing::warn!(
+                staying,
+                reachable = reachable.len(),
+                voters = voters.len(),
+                "reconfig refused: too few of the new voters are up"
+            );
+            return Err(ReconfigError::NoQuorum);
+        }
+        // New voters are waited for (up to `syncLimit`) only if the quorum needs them.
+        let synced_now = voters.iter().filter(|v| raft.synced(recent).contains(v)).count();
+        let wait_for = if synced_now * 2 > voters.len() { BTreeSet::new() } else { reachable };
+        let caught_up = raft.add_learners(&joining, &wait_for, patience).await;
         // A leader elected moments ago (one that a removed leader handed over to) hears
         // from its followers within a heartbeat or two: give them until `syncLimit`.
-        let deadline = tokio::time::Instant::now() + patience;
         let in_step = loop {
             let synced: BTreeSet<u64> = raft.synced(recent).union(&caught_up).copied().collect();
             let in_step = voters.iter().filter(|v| synced.contains(v)).count();
@@ -268,7 +285,7 @@ impl Dispatcher {
             session_id: 0,
             time_ms: crate::clock::now_ms(),
             auth: Default::default(),
-            op: TxnOp::SetConfig { servers: crate::config::server_lines(&next) },
+            op: TxnOp::SetConfig { servers: crate::config::server_lines(&next), min_zxid: version + 1 },
         };
         let results = raft.propose(TxnBatch::new(vec![txn])).await.map_err(|e| ReconfigError::Failed(e.to_string()))?;
         let result = results.into_iter().next().ok_or_else(|| ReconfigError::Failed("no result".into()))?;
@@ -281,6 +298,21 @@ impl Dispatcher {
         };
         tracing::info!(version = format_args!("{:x}", result.zxid), "reconfig committed");
         Ok(Reconfigured { data, stat, zxid: result.zxid })
+    }
+
+    /// Which of `ids` (new members, at their `specs`) answer on their peer port within a
+    /// second: started and reachable, as ZooKeeper's joining servers are connected.
+    async fn reachable(&self, ids: impl Iterator<Item = &u64>, specs: &BTreeMap<u64, String>) -> BTreeSet<u64> {
+        let probes = ids.map(|id| {
+            let addr = crate::raft::members::peer_addr(specs.get(id).map_or("", String::as_str));
+            let client = self.0.peers.client(*id, &addr);
+            let id = *id;
+            async move {
+                let answer = client.call(PeerRequest::Bootstrap, Duration::from_secs(1)).await;
+                matches!(answer, Ok(PeerResponse::Bootstrap(_))).then_some(id)
+            }
+        });
+        futures::future::join_all(probes).await.into_iter().flatten().collect()
     }
 
     /// On every member: after a reconfig is applied here, writes the new members to

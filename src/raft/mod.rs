@@ -91,9 +91,16 @@ pub enum ProposeError {
 /// The zxid of the next txn applied to `tree`: one more than the last. Computed here and
 /// nowhere else. Every replica applies the same log in the same order, so every txn gets the
 /// same zxid everywhere, strictly increasing in commit order and dense like ZooKeeper's
-/// (batched log entries carry several txns; blank and membership entries carry none).
-pub fn next_zxid(tree: &DataTree) -> i64 {
-    tree.last_zxid() + 1
+/// (batched log entries carry several txns; blank and membership entries carry none). A
+/// reconfig's txn may skip ahead (see [`TxnOp::SetConfig`]), as ZooKeeper's zxids skip at a
+/// new epoch.
+///
+/// [`TxnOp::SetConfig`]: crate::tree::txn::TxnOp::SetConfig
+pub fn next_zxid(tree: &DataTree, txn: &crate::tree::txn::Txn) -> i64 {
+    match &txn.op {
+        crate::tree::txn::TxnOp::SetConfig { min_zxid, .. } => (tree.last_zxid() + 1).max(*min_zxid),
+        _ => tree.last_zxid() + 1,
+    }
 }
 
 /// This member's role, as openraft's server state.

@@ -111,7 +111,7 @@ pub async fn load(layout: &DataLayout) -> Result<Loaded, String> {
             for e in entries {
                 if let EntryPayload::Normal(batch) = &e.payload {
                     for txn in batch.txns.iter() {
-                        let zxid = super::next_zxid(&loaded.tree);
+                        let zxid = super::next_zxid(&loaded.tree, txn);
                         let _ = loaded.tree.apply(zxid, txn);
                     }
                 }

@@ -292,7 +292,7 @@ impl StateMachine {
                         // batch is still being applied.
                         let mut results = Vec::with_capacity(batch.txns.len());
                         for txn in batch.txns.iter() {
-                            let zxid = next_zxid(&tree);
+                            let zxid = next_zxid(&tree, txn);
                             let (outcome, changes) = tree.apply(zxid, txn);
                             self.hook.applied(zxid, txn.session_id, &changes);
                             if let (TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
@@ -428,8 +428,9 @@ mod tests {
             flags: 0,
             ttl: -1,
         });
-        let zxid = next_zxid(tree);
-        let (r, _) = tree.apply(zxid, &Txn { session_id: 0, time_ms: 1, auth: Default::default(), op });
+        let txn = Txn { session_id: 0, time_ms: 1, auth: Default::default(), op };
+        let zxid = next_zxid(tree, &txn);
+        let (r, _) = tree.apply(zxid, &txn);
         assert!(r.is_ok(), "{path}: {r:?}");
     }
 

@@ -735,7 +735,7 @@ impl DataTree {
             TxnOp::Create(create) => self.create(zxid, txn, create, changes),
             TxnOp::Delete { path, version } => self.delete(zxid, txn, path, *version, changes),
             TxnOp::SetData { path, data, version } => self.set_data(zxid, txn, path, data, *version, false, changes),
-            TxnOp::SetConfig { servers } => {
+            TxnOp::SetConfig { servers, .. } => {
                 // ZooKeeper's `DataTree.processReconfig`: the new configuration's text, its
                 // version the reconfig's zxid, written as a setData by the system (no ACL).
                 let data = Some(Bytes::from(format!("{servers}version={zxid:x}")));

@@ -82,8 +82,11 @@ pub enum TxnOp {
     Fail(TreeError),
     /// A reconfig's new configuration (`server.N=...` lines, each ending in a newline) for
     /// `/zookeeper/config`; apply appends `version=<zxid in hex>` (ZooKeeper's reconfig txn).
+    /// Its zxid is at least `min_zxid`: one above the version it replaces, so that versions
+    /// grow even from a file-named version (`.dynamic.100000000`) above the ensemble's zxids.
     SetConfig {
         servers: String,
+        min_zxid: i64,
     },
 }
 
