@@ -6,7 +6,12 @@ is loaded with --znodes znodes of 100 bytes; then, per run, one follower is cut 
 partition for --cut seconds while the leader takes --writes more creates (pipelined), the
 newest write of the run is a marker, and the partition heals. The figure is the time from the
 heal to the first read, on a client that can reach only the returning follower, that shows
-the marker: how long the member takes from its return to serving the newest write. Both
+the marker: how long the member takes from its return to serving the newest write.
+
+With --restart the follower is stopped instead (SIGTERM, after which it is down) for the writes,
+then started again: the figure is from its start (spawn) to serving the newest write (issue
+40: a follower that was down while 1,000,000 znodes were written:
+`--znodes 10000 --writes 1000000 --restart`). Both
 ensembles keep their defaults (ZooKeeper: initLimit=5, syncLimit=2, -Xmx2g; Warden: no
 raft.* keys), tickTime=2000, fsync on.
 
@@ -128,7 +133,8 @@ def snapshots_taken(ens, i: int) -> int:
     return len([f for f in os.listdir(os.path.join(m.data_dir, "version-2")) if f.startswith("snapshot.")])
 
 
-def one_kind(kind: str, znodes: int, runs: int, cut: float, writes: int, by_snapshot: bool) -> list[dict]:
+def one_kind(kind: str, znodes: int, runs: int, cut: float, writes: int, by_snapshot: bool,
+             restart: bool = False) -> list[dict]:
     net = netns.Net(3)
     ens = None
     samples = []
@@ -149,7 +155,10 @@ def one_kind(kind: str, znodes: int, runs: int, cut: float, writes: int, by_snap
             f = (leader + 1 + run % 2) % 3
             fh, fp = ens.members[f].host, ens.members[f].port
             snaps = snapshots_taken(ens, leader)
-            net.isolate(f)
+            if restart:
+                ens.stop(f)
+            else:
+                net.isolate(f)
             t_cut = time.monotonic()
             extra = load(lh, lp, next_index, writes)
             if extra.get("ok", 0) != writes:
@@ -163,8 +172,12 @@ def one_kind(kind: str, znodes: int, runs: int, cut: float, writes: int, by_snap
                 while snapshots_taken(ens, leader) <= snaps and time.monotonic() < deadline:
                     time.sleep(0.2)
             time.sleep(max(0.0, cut - (time.monotonic() - t_cut)))
-            net.heal()
-            t0 = time.monotonic()
+            if restart:
+                t0 = time.monotonic()
+                ens.start(f, wait=False)
+            else:
+                net.heal()
+                t0 = time.monotonic()
             while read_marker(fh, fp) != marker:
                 if time.monotonic() - t0 > 300:
                     raise RuntimeError(f"{kind}: member {f + 1} did not serve the marker within 300 s")
@@ -179,7 +192,7 @@ def one_kind(kind: str, znodes: int, runs: int, cut: float, writes: int, by_snap
                 run_snapshots[f] = log.count("snapshot installed from the leader")
             samples[-1]["how"] = how.strip(" ()")
             print(f"{kind:9s} {znodes:>9,} znodes run {run + 1}: member {f + 1} served the newest write "
-                  f"{took * 1000:7.0f} ms after the heal{how}", flush=True)
+                  f"{took * 1000:7.0f} ms after the {'restart' if restart else 'heal'}{how}", flush=True)
             ens.wait_stable(120)
             time.sleep(2)
     finally:
@@ -199,16 +212,19 @@ def main() -> int:
     ap.add_argument("--by-snapshot", action="store_true",
                     help="make the returning member catch up from a snapshot (snapCount=10000, commitLogCount=20, "
                          "ZooKeeper's snapshotSizeFactor=0)")
+    ap.add_argument("--restart", action="store_true",
+                    help="stop the follower during the writes and start it again, instead of a partition")
     ap.add_argument("--json")
     opts = ap.parse_args()
     why = netns.available()
     if why:
         print(f"catchup.py: {why}", file=sys.stderr)
         return 2
-    results: dict = {"cut_s": opts.cut, "writes": opts.writes, "by_snapshot": opts.by_snapshot, "runs": {}}
+    results: dict = {"cut_s": opts.cut, "writes": opts.writes, "by_snapshot": opts.by_snapshot,
+                     "restart": opts.restart, "runs": {}}
     for n in [int(x) for x in opts.znodes.split(",")]:
         for kind in opts.kinds.split(","):
-            s = one_kind(kind, n, opts.runs, opts.cut, opts.writes, opts.by_snapshot)
+            s = one_kind(kind, n, opts.runs, opts.cut, opts.writes, opts.by_snapshot, opts.restart)
             results["runs"].setdefault(str(n), {})[kind] = s
     print()
     for n, by_kind in results["runs"].items():
