@@ -26,7 +26,15 @@ pub fn may_serve(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
         return false;
     }
     match status.leader {
-        None => false,
+        // No leader named: an election is under way, most often a hand-over (a stopping or
+        // removed leader's transfer). A follower keeps serving while its last leader was heard
+        // within `limit`, the same bound as below, so its clients are not dropped for the
+        // few milliseconds the new leader takes; writes wait for the new leader meanwhile.
+        None => {
+            matches!(status.role, Role::Follower | Role::Learner)
+                && raft.contact.last().is_some_and(|(_, at)| at.elapsed() < limit)
+                && raft.contact.caught_up(status.applied_index)
+        }
         // The sole voter of a one-member ensemble (a zoo.cfg with one server.N line) is
         // its own quorum: with no follower to acknowledge it, the last acknowledgement
         // ages while it idles, and its service was suspended two leases after its last
@@ -42,7 +50,11 @@ pub fn may_serve(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
         // `LeaderContact`): a member that missed writes, and maybe session expiries, must
         // not serve (nor accept a reconnecting session) from a state that old.
         Some(l) => {
-            raft.contact.last().is_some_and(|(from, at)| from == l && at.elapsed() < limit)
+            // The new leader of a hand-over is named before its first heartbeat arrives; until
+            // then the last leader's contact counts, within the same `limit`.
+            raft.contact
+                .last()
+                .is_some_and(|(from, at)| (from == l || at.elapsed() < limit / 4) && at.elapsed() < limit)
                 && raft.contact.caught_up(status.applied_index)
         }
     }
