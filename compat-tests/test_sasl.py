@@ -75,6 +75,7 @@ def sasl_server(jaas_file):
     srv.start()
     yield srv
     srv.stop()
+    srv.close()  # and its temp dir
 
 
 def unique(prefix: str) -> str:
@@ -233,6 +234,7 @@ def test_enforced_authentication_refuses_unauthenticated_sessions(jaas_file, key
                 close(zk)
     finally:
         srv.stop()
+        srv.close()  # and its temp dir
 
 
 @warden_only
@@ -250,6 +252,7 @@ def test_jaas_file_from_server_jvmflags(jaas_file, monkeypatch):
             close(bob)
     finally:
         srv.stop()
+        srv.close()  # and its temp dir
 
 
 @warden_only
@@ -408,6 +411,7 @@ def krb_server(realm):
             os.environ["KRB5RCACHEDIR"] = old
     yield srv
     srv.stop()
+    srv.close()  # and its temp dir
 
 
 def localhost(hostport: str) -> str:
