@@ -64,12 +64,10 @@ class _Cluster(list):
         return [m.describe_log(num_lines) for m in self._ens.members]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kazoo_harness_uses_our_ensemble():
-    ens = Ensemble(3, name="kazoo-up", extra_cfg={
-        "reconfigEnabled": "true",
-        "DigestAuthenticationProvider.superDigest": KAZOO_SUPER_DIGEST,
-    }).start()
+def kazoo_cluster(name: str, extra_cfg: dict[str, object]):
+    """A 3-member ensemble with `extra_cfg`, as kazoo's harness's global cluster for as long
+    as the generator runs (a module fixture's body: yield from it)."""
+    ens = Ensemble(3, name=name, extra_cfg=extra_cfg).start()
     try:
         cluster = _Cluster(ens)
         with pytest.MonkeyPatch.context() as mp:
@@ -77,6 +75,14 @@ def _kazoo_harness_uses_our_ensemble():
             yield cluster
     finally:
         ens.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kazoo_harness_uses_our_ensemble():
+    yield from kazoo_cluster("kazoo-up", {
+        "reconfigEnabled": "true",
+        "DigestAuthenticationProvider.superDigest": KAZOO_SUPER_DIGEST,
+    })
 
 
 def _only(upstream_cls, keep: set[str], doc: str):

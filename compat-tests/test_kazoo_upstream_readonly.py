@@ -11,11 +11,9 @@ from __future__ import annotations
 import pytest
 
 import harness
-import kazoo.testing.harness as kazoo_harness
 from kazoo.tests import test_connection as up_connection
 
-from ensemble import Ensemble
-from test_kazoo_upstream_ensemble import _Cluster, _only
+from test_kazoo_upstream_ensemble import _only, kazoo_cluster
 
 pytestmark = pytest.mark.skipif(
     harness.default_kind() != "warden", reason="ZooKeeper 3.8.0's read-only server does not answer kazoo"
@@ -24,14 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module", autouse=True)
 def _kazoo_harness_uses_our_ensemble():
-    ens = Ensemble(3, name="kazoo-ro", extra_cfg={"readonlymode.enabled": "true"}).start()
-    try:
-        cluster = _Cluster(ens)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(kazoo_harness, "get_global_cluster", lambda: cluster)
-            yield cluster
-    finally:
-        ens.close()
+    yield from kazoo_cluster("kazoo-ro", {"readonlymode.enabled": "true"})
 
 
 UpstreamReadOnlyMode = _only(
