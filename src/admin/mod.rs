@@ -39,16 +39,10 @@ impl View {
     /// The ensemble's members now: those of the last reconfig (`/zookeeper/config`), else
     /// zoo.cfg's; empty standalone.
     pub fn servers(&self) -> std::collections::BTreeMap<u64, crate::config::ServerEntry> {
-        let text = {
-            let tree = self.tree.read();
-            match tree.node(crate::tree::CONFIG_NODE) {
-                Some(n) if tree.config_from_reconfig() => n.data().map(<[u8]>::to_vec),
-                _ => None,
-            }
-        };
-        text.and_then(|t| crate::config::parse_config_text(&String::from_utf8_lossy(&t)).ok())
-            .map(|(servers, _)| servers)
-            .unwrap_or_else(|| self.config.servers.clone())
+        match crate::dispatch::reconfig::config_node(&self.tree, true) {
+            Some(Ok((servers, _))) => servers,
+            _ => self.config.servers.clone(),
+        }
     }
 }
 

@@ -35,6 +35,25 @@ use crate::tree::CONFIG_NODE;
 /// How long a follower waits for the leader to run a forwarded reconfig.
 const FORWARD_PATIENCE: Duration = Duration::from_secs(60);
 
+/// A configuration: its members by id, and its version.
+pub type Configuration = (BTreeMap<u64, ServerEntry>, i64);
+
+/// The members and version in `/zookeeper/config`: all of them (`reconfigured_only` false),
+/// or only what a reconfig wrote there (`None` while the members are still zoo.cfg's).
+pub fn config_node(
+    shared: &crate::raft::state_machine::SharedTree,
+    reconfigured_only: bool,
+) -> Option<Result<Configuration, crate::config::ConfigError>> {
+    let text = {
+        let tree = shared.read();
+        let from_reconfig = tree.config_from_reconfig();
+        tree.node(CONFIG_NODE)
+            .filter(|_| from_reconfig || !reconfigured_only)
+            .map(|n| n.data().map(<[u8]>::to_vec).unwrap_or_default())
+    };
+    text.map(|t| crate::config::parse_config_text(&String::from_utf8_lossy(&t)))
+}
+
 fn bad(why: impl Into<String>) -> ReconfigError {
     ReconfigError::BadArguments(why.into())
 }
@@ -203,11 +222,8 @@ impl Dispatcher {
         if raft.members().in_change() {
             return Err(ReconfigError::InProgress);
         }
-        let text = {
-            let tree = self.0.shared.read();
-            tree.node(CONFIG_NODE).and_then(|n| n.data()).map(<[u8]>::to_vec).unwrap_or_default()
-        };
-        let (current, version) = crate::config::parse_config_text(&String::from_utf8_lossy(&text))
+        let (current, version) = config_node(&self.0.shared, false)
+            .unwrap_or_else(|| Ok(Default::default()))
             .map_err(|e| ReconfigError::Failed(format!("/zookeeper/config: {e}")))?;
         if current.is_empty() {
             return Err(ReconfigError::Standalone);
@@ -226,11 +242,12 @@ impl Dispatcher {
             // ZooKeeper's leader designates a successor from the new configuration; here it
             // hands leadership over first and the successor runs the change.
             let synced = raft.synced(recent);
-            let Some(&to) = voters.iter().find(|v| synced.contains(v)) else {
+            if !voters.iter().any(|v| synced.contains(v)) {
                 return Err(ReconfigError::NoQuorum);
-            };
-            if !raft.transfer_leadership(to, FORWARD_PATIENCE / 4).await {
-                return Err(ReconfigError::Failed(format!("could not hand leadership to server.{to}")));
+            }
+            tracing::info!("handing leadership over for a reconfig that removes this member");
+            if !raft.hand_over_among(&|v| voters.contains(&v), FORWARD_PATIENCE / 4).await {
+                return Err(ReconfigError::Failed("could not hand leadership to a member that stays".into()));
             }
             drop(_one_at_a_time);
             return self.forward_reconfig(r).await;
@@ -256,7 +273,8 @@ impl Dispatcher {
             return Err(ReconfigError::NoQuorum);
         }
         // New voters are waited for (up to `syncLimit`) only if the quorum needs them.
-        let synced_now = voters.iter().filter(|v| raft.synced(recent).contains(v)).count();
+        let synced = raft.synced(recent);
+        let synced_now = voters.iter().filter(|v| synced.contains(v)).count();
         let wait_for = if synced_now * 2 > voters.len() { BTreeSet::new() } else { reachable };
         let caught_up = raft.add_learners(&joining, &wait_for, patience).await;
         // A leader elected moments ago (one that a removed leader handed over to) hears
@@ -327,14 +345,7 @@ impl Dispatcher {
         let mut written = self.0.config.config_version;
         let mut applied = self.0.shared.applied.subscribe();
         loop {
-            let text = {
-                let tree = self.0.shared.read();
-                match tree.node(CONFIG_NODE) {
-                    Some(n) if tree.config_from_reconfig() => n.data().map(<[u8]>::to_vec),
-                    _ => None,
-                }
-            };
-            match text.map(|t| crate::config::parse_config_text(&String::from_utf8_lossy(&t))) {
+            match config_node(&self.0.shared, true) {
                 Some(Ok((servers, version))) if version != written && !servers.is_empty() => {
                     match crate::config::write_reconfigured(&config_file, &servers, version) {
                         Ok(path) => tracing::info!(file = %path.display(), "new configuration written"),

@@ -121,29 +121,6 @@ impl Raft {
         caught_up
     }
 
-    /// On the leader: hands leadership to voter `to` once its log matches this leader's,
-    /// waiting at most `limit`; whether another member leads now.
-    pub async fn transfer_leadership(&self, to: u64, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let m = self.inner.metrics().borrow_watched().clone();
-            let matched = m.replication.as_ref().and_then(|r| r.get(&to).cloned()).flatten().map(|l| l.index);
-            if matched >= m.last_log_index {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        tracing::info!(to, "handing leadership over for a reconfig that removes this member");
-        if self.inner.trigger().transfer_leader(to).await.is_err() {
-            return false;
-        }
-        let mut leader = self.leader_watch();
-        tokio::time::timeout_at(deadline, leader.other_than(self.id)).await.is_ok()
-    }
-
     /// On the leader: removes learners `ids` that a failed reconfig added.
     pub async fn remove_learners(&self, ids: BTreeSet<u64>) -> Result<(), ProposeError> {
         if ids.is_empty() {

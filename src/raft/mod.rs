@@ -514,6 +514,12 @@ impl Raft {
     /// (openraft's transfer-leader), once one does, waiting at most `limit` in all; whether
     /// another member leads now. Proposals stop from the moment the transfer starts.
     pub async fn hand_over(&self, limit: Duration) -> bool {
+        self.hand_over_among(&|_| true, limit).await
+    }
+
+    /// [`Raft::hand_over`] to one of the voters `allowed` accepts (a reconfig that removes
+    /// this leader hands over to a member that stays).
+    pub async fn hand_over_among(&self, allowed: &(dyn Fn(u64) -> bool + Sync), limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         let me = self.id();
         let target = loop {
@@ -522,7 +528,8 @@ impl Raft {
                 return m.current_leader.is_some();
             }
             let last = m.last_log_index;
-            let voters: Vec<u64> = m.membership_config.membership().voter_ids().filter(|v| *v != me).collect();
+            let voters: Vec<u64> =
+                m.membership_config.membership().voter_ids().filter(|v| *v != me && allowed(*v)).collect();
             // The most caught-up voter, once one has all of this leader's log.
             let best = m.replication.as_ref().and_then(|r| {
                 voters.iter().filter_map(|v| r.get(v).map(|matched| (matched.as_ref().map(|l| l.index), *v))).max()
