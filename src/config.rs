@@ -371,6 +371,10 @@ pub struct Config {
     pub metrics_host: IpAddr,
     pub metrics_port: u16,
     pub extended_types_enabled: bool,
+    /// `zookeeper.enforceQuota` (zoo.cfg, or `-D` in `SERVER_JVMFLAGS`/`JVMFLAGS`): creates
+    /// and setData past a hard quota fail with QuotaExceeded. Set it alike on every member:
+    /// the member that takes the request decides.
+    pub enforce_quota: bool,
     pub max_buffer: usize,
     /// `super:<base64 sha1>`.
     pub super_digest: Option<String>,
@@ -514,6 +518,7 @@ impl Default for Config {
             metrics_host: IpAddr::from([127, 0, 0, 1]),
             metrics_port: 7000,
             extended_types_enabled: false,
+            enforce_quota: false,
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
             container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
@@ -747,6 +752,7 @@ impl Config {
         let mut learner_section = "QuorumLearner".to_owned();
         let mut server_section = "QuorumServer".to_owned();
         let mut remove_realm_from_principal = false;
+        let mut enforce_quota = None;
         for (raw_key, value) in props {
             // ZooKeeper makes a zoo.cfg key K it does not parse the Java property
             // `zookeeper.K`; these two, written with the prefix in zoo.cfg, become
@@ -811,6 +817,7 @@ impl Config {
                 "metricsProvider.httpHost" => c.metrics_host = parse(raw_key, value)?,
                 "metricsProvider.httpPort" => c.metrics_port = parse(raw_key, value)?,
                 "extendedTypesEnabled" => c.extended_types_enabled = parse_bool(raw_key, value)?,
+                "enforceQuota" => enforce_quota = Some(parse_bool(raw_key, value)?),
                 "jute.maxbuffer" => {
                     c.max_buffer = parse(raw_key, value)?;
                     if c.max_buffer < 1024 {
@@ -1009,6 +1016,13 @@ impl Config {
                 "ssl.quorum.* keys are set but neither sslQuorum nor portUnification: members talk in the clear"
             );
         }
+        c.enforce_quota = match enforce_quota {
+            Some(on) => on,
+            None => match jvm_property_from_env("zookeeper.enforceQuota") {
+                Some((key, value)) => parse_bool(&key, &value)?,
+                None => false,
+            },
+        };
         let jaas_file = jaas_file.or_else(|| jvm_property_from_env("java.security.auth.login.config"));
         if c.krb5_conf.is_none() {
             c.krb5_conf = jvm_property_from_env("java.security.krb5.conf").map(|(_, p)| PathBuf::from(p));
@@ -1212,6 +1226,17 @@ mod tests {
         assert!(e.to_string().contains("version"), "{e}");
         let missing = props(&[("dataDir", &data), ("dynamicConfigFile", "/nonexistent/zoo.cfg.dynamic")]);
         assert!(Config::from_properties(&missing).unwrap_err().to_string().contains("/nonexistent"));
+    }
+
+    /// `enforceQuota` is read with or without ZooKeeper's `zookeeper.` prefix; a value that is
+    /// not a boolean stops start-up naming the key.
+    #[test]
+    fn enforce_quota() {
+        assert!(!Config::from_properties(&props(&[])).expect("defaults").enforce_quota);
+        assert!(Config::from_properties(&props(&[("enforceQuota", "true")])).expect("valid").enforce_quota);
+        assert!(Config::from_properties(&props(&[("zookeeper.enforceQuota", "true")])).expect("valid").enforce_quota);
+        let e = Config::from_properties(&props(&[("enforceQuota", "maybe")])).expect_err("not a boolean").to_string();
+        assert!(e.contains("enforceQuota"), "{e}");
     }
 
     /// The JAAS file gives SASL its users; enforcement needs schemes this server provides.

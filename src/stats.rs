@@ -23,6 +23,12 @@ pub mod names {
     pub const REQUEST_LATENCY: &str = "warden_request_latency_seconds";
     pub const CONNECTIONS_REJECTED: &str = "connection_rejected";
     pub const CONNECTION_REQUESTS: &str = "connection_request_count";
+    /// ZooKeeper's `QuotaMetricsUtils` names, each labelled `key=<top-level namespace>`.
+    pub const QUOTA_EXCEEDED: &str = "quota_exceeded_error_per_namespace";
+    pub const QUOTA_COUNT_LIMIT: &str = "quota_count_limit_per_namespace";
+    pub const QUOTA_BYTES_LIMIT: &str = "quota_bytes_limit_per_namespace";
+    pub const QUOTA_COUNT_USAGE: &str = "quota_count_usage_per_namespace";
+    pub const QUOTA_BYTES_USAGE: &str = "quota_bytes_usage_per_namespace";
 }
 
 use crate::clock::now_ms;

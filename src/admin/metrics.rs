@@ -50,6 +50,17 @@ pub fn refresh(d: &View) {
             metrics::gauge!(name.to_owned()).set(v);
         }
     }
+    use crate::stats::names;
+    let quotas = d.tree.read().quota_metrics();
+    for (namespace, values) in quotas {
+        for (name, v) in
+            [names::QUOTA_COUNT_LIMIT, names::QUOTA_BYTES_LIMIT, names::QUOTA_COUNT_USAGE, names::QUOTA_BYTES_USAGE]
+                .into_iter()
+                .zip(values)
+        {
+            metrics::gauge!(name, "key" => namespace.clone()).set(v as f64);
+        }
+    }
     let m = d.raft.status();
     metrics::gauge!("warden_raft_term").set(m.term as f64);
     metrics::gauge!("warden_raft_leader_id").set(m.leader.map_or(-1.0, |l| l as f64));

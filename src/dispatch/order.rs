@@ -134,6 +134,10 @@ pub fn read_scope(request: &Request) -> Scope {
         Request::GetAcl(r) => &r.path,
         _ => return Scope::All,
     };
+    // A write anywhere below a quota'd path changes its stats node.
+    if path.starts_with(crate::tree::quota::QUOTA_ROOT) {
+        return Scope::All;
+    }
     Scope::Node(path_hash(path))
 }
 
@@ -152,6 +156,7 @@ fn may_change(op: &TxnOp, scope: Scope) -> bool {
         TxnOp::Multi(ops) => ops.iter().any(|op| may_change(op, scope)),
         TxnOp::CreateSession { .. } | TxnOp::CloseSession { .. } => true,
         TxnOp::SetConfig { .. } => path_hash(crate::tree::CONFIG_NODE) == read,
+        TxnOp::QuotaEnforced(op) => may_change(op, scope),
     }
 }
 

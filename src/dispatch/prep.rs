@@ -59,6 +59,18 @@ impl Dispatcher {
         Txn { session_id: caller.session_id, time_ms: now_ms(), auth: caller.auth.clone(), op }
     }
 
+    /// With `zookeeper.enforceQuota` on, a create, setData or multi asks apply to hold it to
+    /// hard quotas (ZooKeeper checks them in `PrepRequestProcessor`, against the tree before
+    /// the txn; apply checks against the tree the txn meets, so a multi's own creates count).
+    fn quota(&self, op: TxnOp) -> TxnOp {
+        match op {
+            TxnOp::Create(_) | TxnOp::SetData { .. } | TxnOp::Multi(_) if self.0.config.enforce_quota => {
+                TxnOp::QuotaEnforced(Box::new(op))
+            }
+            op => op,
+        }
+    }
+
     /// Validates a create as `PrepRequestProcessor.validateCreateRequest` does, into a txn op
     /// at `path` (the request's, moved or copied out of it by the caller).
     fn prep_create(&self, req: &jute::CreateRequest, path: String, ttl: i64, ttl_op: bool) -> Result<TxnOp, ErrorCode> {
@@ -113,7 +125,7 @@ impl Dispatcher {
     /// request is left as it is.
     pub fn prep(&self, caller: &Caller, request: &mut Request) -> Prepped {
         let write = |op: Result<TxnOp, ErrorCode>, code: OpCode| match op {
-            Ok(op) => Prepped::Write(Write { txn: self.txn(caller, op), op: code, path_only: Vec::new() }),
+            Ok(op) => Prepped::Write(Write { txn: self.txn(caller, self.quota(op)), op: code, path_only: Vec::new() }),
             Err(e) => Prepped::Refuse(e),
         };
         match request {
@@ -163,7 +175,8 @@ impl Dispatcher {
                     .map(|op| self.prep_multi_op(op).unwrap_or_else(|code| TxnOp::Fail(super::reply::tree_error(code))))
                     .collect();
                 let path_only = ops.iter().map(|op| matches!(op, MultiOp::Create(_) | MultiOp::Create2(_))).collect();
-                Prepped::Write(Write { txn: self.txn(caller, TxnOp::Multi(txn_ops)), op: OpCode::Multi, path_only })
+                let op = self.quota(TxnOp::Multi(txn_ops));
+                Prepped::Write(Write { txn: self.txn(caller, op), op: OpCode::Multi, path_only })
             }
             Request::CloseSession => {
                 write(Ok(TxnOp::CloseSession { session_id: caller.session_id }), OpCode::CloseSession)

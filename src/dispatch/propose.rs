@@ -221,6 +221,44 @@ pub struct Proposer {
     handle: Arc<Handle>,
 }
 
+/// For a quota-enforced txn, the top-level namespace of each op's path (ZooKeeper's
+/// `PathUtils.getTopNamespace`), to count refusals by; empty for any other txn.
+fn quota_namespaces(txn: &Txn) -> Vec<String> {
+    use crate::tree::txn::TxnOp;
+    fn namespace(op: &TxnOp) -> String {
+        let path = match op {
+            TxnOp::Create(c) => c.path.as_str(),
+            TxnOp::SetData { path, .. } | TxnOp::Delete { path, .. } | TxnOp::Check { path, .. } => path.as_str(),
+            _ => "",
+        };
+        path.split('/').nth(1).unwrap_or_default().to_owned()
+    }
+    match &txn.op {
+        TxnOp::QuotaEnforced(op) => match &**op {
+            TxnOp::Multi(ops) => ops.iter().map(namespace).collect(),
+            op => vec![namespace(op)],
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// Counts a QuotaExceeded answer under its namespace (`quota_exceeded_error_per_namespace`).
+fn count_quota_refusals(namespaces: &[String], result: &Result<TxnResult, ProposeError>) {
+    use crate::tree::txn::OpResult;
+    use crate::tree::txn::TxnOutput;
+    use crate::tree::TreeError;
+    let count = |ns: &String| metrics::counter!(crate::stats::names::QUOTA_EXCEEDED, "key" => ns.clone()).increment(1);
+    match result.as_ref().map(|r| &r.outcome) {
+        Ok(Err(TreeError::QuotaExceeded)) => namespaces.iter().take(1).for_each(count),
+        Ok(Ok(TxnOutput::Multi { results, failed: true })) => results
+            .iter()
+            .zip(namespaces)
+            .filter(|(r, _)| matches!(r, OpResult::Error(TreeError::QuotaExceeded)))
+            .for_each(|(_, ns)| count(ns)),
+        _ => {}
+    }
+}
+
 fn txn_bytes(txn: &Txn) -> usize {
     use crate::tree::txn::TxnOp;
     fn op_bytes(op: &TxnOp) -> usize {
@@ -228,6 +266,7 @@ fn txn_bytes(txn: &Txn) -> usize {
             TxnOp::Create(c) => c.path.len() + c.data.as_ref().map_or(0, |d| d.len()),
             TxnOp::SetData { path, data, .. } => path.len() + data.as_ref().map_or(0, |d| d.len()),
             TxnOp::Multi(ops) => ops.iter().map(op_bytes).sum(),
+            TxnOp::QuotaEnforced(op) => op_bytes(op),
             _ => 64,
         }
     }
@@ -298,6 +337,7 @@ impl super::Dispatcher {
     /// ([`super::Dispatcher::read_after`]).
     pub async fn write(&self, write: super::Write, committed_is_enough: bool) -> super::Reply {
         let super::Write { txn, op, path_only } = write;
+        let quota_paths = quota_namespaces(&txn);
         let me = self.0.raft.id();
         let moved = if self.0.raft.is_leader() { self.moved_away(&txn, me) } else { None };
         let result = if let Some(refused) = moved {
@@ -310,6 +350,9 @@ impl super::Dispatcher {
         } else {
             self.propose(txn).await
         };
+        if !quota_paths.is_empty() {
+            count_quota_refusals(&quota_paths, &result);
+        }
         let mut reply = self.write_reply(op, result);
         super::Dispatcher::shape_multi(&path_only, &mut reply);
         reply

@@ -48,6 +48,7 @@ pub fn error_code(e: TreeError) -> ErrorCode {
         TreeError::RuntimeInconsistency => ErrorCode::RuntimeInconsistency,
         TreeError::Unimplemented => ErrorCode::Unimplemented,
         TreeError::SessionMoved => ErrorCode::SessionMoved,
+        TreeError::QuotaExceeded => ErrorCode::QuotaExceeded,
     }
 }
 

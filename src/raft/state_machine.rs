@@ -204,7 +204,7 @@ impl StateMachine {
             let mut file = std::fs::File::open(&path)
                 .and_then(|mut f| decode_snapshot(&mut f))
                 .map_err(|e| format!("reading {}: {e}", path.display()))?;
-            file.tree.compute_digest();
+            file.tree.compute_derived();
             tracing::info!(
                 path = %path.display(),
                 znodes = file.tree.node_count(),
@@ -346,7 +346,7 @@ impl StateMachine {
         if let Some((text, version)) = &self.config_node {
             file.tree.set_config_node(text, *version);
         }
-        file.tree.compute_digest(); // before the write lock: O(n)
+        file.tree.compute_derived(); // before the write lock: O(n)
         let bytes = match receiving_path(&self.dir, &received).map_err(snap_err)? {
             // The file this server received into: made durable where it lies and renamed
             // into place, not written a second time.

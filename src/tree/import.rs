@@ -296,7 +296,11 @@ impl DataTree {
         self.last_zxid = last_zxid;
         self.data_size = self.nodes.iter().map(|(p, n)| p.len() as i64 + n.data().map_or(0, <[u8]>::len) as i64).sum();
         self.digest = None;
-        self.compute_digest();
+        self.quotas = None;
+        self.compute_derived();
+        // ZooKeeper recounts every quota when it loads (DataTree.setupQuota); its fuzzy
+        // snapshot's stats plus its log's txns need it, and the count here must be exact.
+        self.recount_quotas();
         Ok(fixups)
     }
 }

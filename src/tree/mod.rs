@@ -14,6 +14,7 @@ pub mod digest;
 pub mod import;
 pub mod nodes;
 pub mod path;
+pub mod quota;
 pub mod txn;
 
 use bytes::Bytes;
@@ -75,6 +76,9 @@ pub enum TreeError {
     /// write that arrived on its old connection, refused by the leader before the log.
     #[error("session moved")]
     SessionMoved,
+    /// A create or setData over a hard quota with `zookeeper.enforceQuota` on.
+    #[error("quota exceeded")]
+    QuotaExceeded,
 }
 
 /// What kind of node this is, from `ephemeralOwner` (`EphemeralType.get`).
@@ -333,13 +337,17 @@ pub struct DataTree {
     data_size: i64,
     /// Sum of every node's [`digest::node`], kept up to date by apply. `None` right after
     /// deserialising: snapshots do not store it (their format predates it), and
-    /// [`DataTree::compute_digest`] (or else the next apply) recomputes it from the nodes.
+    /// [`DataTree::compute_derived`] (or else the next apply) recomputes it from the nodes.
     #[serde(skip)]
     digest: Option<u64>,
     /// The digest every [`digest::DIGEST_LOG_INTERVAL`] zxids, oldest first, at most
     /// [`digest::DIGEST_LOG_LIMIT`] entries. In memory only, as ZooKeeper's `digestLog`.
     #[serde(skip)]
     digest_log: imbl::Vector<ZxidDigest>,
+    /// The paths with a quota (ZooKeeper's `pTrie`); `None` until built from the tree's
+    /// limits nodes (see [`quota`]), as after reading a snapshot.
+    #[serde(skip)]
+    quotas: Option<OrdSet<String>>,
 }
 
 impl Default for DataTree {
@@ -361,6 +369,7 @@ impl DataTree {
             data_size: 1,
             digest: None,
             digest_log: imbl::Vector::new(),
+            quotas: Some(OrdSet::new()),
         };
         t.nodes.insert("/", Node::new(Arc::new(AclEntry::open()), 0, 0, 0), Some(&[]));
         for (path, acl) in [
@@ -395,17 +404,25 @@ impl DataTree {
         if unchanged {
             return false;
         }
+        self.replace_data(CONFIG_NODE, data, |node| {
+            node.stat.mzxid = version_zxid;
+            node.stat.mtime = 0;
+        })
+    }
+
+    /// Replaces a node's data as the server itself does (no ACL, no version, no watch);
+    /// `edit` may change its Stat. Keeps the digest and data size. Whether the node exists.
+    fn replace_data(&mut self, path: &str, data: &[u8], edit: impl FnOnce(&mut Node)) -> bool {
         let changed = self.nodes.set_data_checked(
-            CONFIG_NODE,
+            path,
             Some(data),
             |node| {
                 let old_len = node.data().map_or(0, <[u8]>::len) as i64;
-                Ok::<_, ()>((old_len, digest::node(CONFIG_NODE, node.acl, &node.stat, node.data())))
+                Ok::<_, ()>((old_len, digest::node(path, node.acl, &node.stat, node.data())))
             },
             |(old_len, old_digest), node| {
-                node.stat.mzxid = version_zxid;
-                node.stat.mtime = 0;
-                (old_len, old_digest, digest::node(CONFIG_NODE, &node.acl, &node.stat, Some(data)))
+                edit(node);
+                (old_len, old_digest, digest::node(path, &node.acl, &node.stat, Some(data)))
             },
         );
         match changed {
@@ -451,12 +468,14 @@ impl DataTree {
         self.digest_log.iter()
     }
 
-    /// Computes the digest of a tree read from a snapshot now (O(n)), instead of in its first
-    /// apply; lets the caller do it before taking the tree's lock.
-    pub fn compute_digest(&mut self) {
+    /// Computes what a tree read from a snapshot does not store, its digest (O(n)) and its
+    /// quota index, now instead of in its first apply; lets the caller do it before taking
+    /// the tree's lock.
+    pub fn compute_derived(&mut self) {
         if self.digest.is_none() {
             self.digest = Some(self.full_digest());
         }
+        self.index_quotas();
     }
 
     /// The digest computed from scratch, O(n).
@@ -599,12 +618,16 @@ impl DataTree {
     /// Applies one replicated txn at `zxid`. Every precondition is checked here, so the result
     /// (including errors) is the same on every replica.
     pub fn apply(&mut self, zxid: i64, txn: &Txn) -> (Result<TxnOutput, TreeError>, Vec<Change>) {
-        self.compute_digest();
+        self.compute_derived();
         self.last_zxid = self.last_zxid.max(zxid);
         let mut changes = Vec::new();
-        let result = match &txn.op {
-            TxnOp::Multi(ops) => Ok(self.apply_multi(zxid, txn, ops, &mut changes)),
-            op => self.apply_one(zxid, txn, op, &mut changes),
+        let (op, enforce) = match &txn.op {
+            TxnOp::QuotaEnforced(op) => (&**op, true),
+            op => (op, false),
+        };
+        let result = match op {
+            TxnOp::Multi(ops) => Ok(self.apply_multi(zxid, txn, ops, enforce, &mut changes)),
+            op => self.apply_one(zxid, txn, op, enforce, &mut changes),
         };
         // DataTree.logZxidDigest: after every txn, failed ones included.
         if zxid % digest::DIGEST_LOG_INTERVAL == 0 {
@@ -616,14 +639,21 @@ impl DataTree {
         (result, changes)
     }
 
-    fn apply_multi(&mut self, zxid: i64, txn: &Txn, ops: &[TxnOp], changes: &mut Vec<Change>) -> TxnOutput {
+    fn apply_multi(
+        &mut self,
+        zxid: i64,
+        txn: &Txn,
+        ops: &[TxnOp],
+        enforce: bool,
+        changes: &mut Vec<Change>,
+    ) -> TxnOutput {
         // Work on an O(1) copy; keep it only if every op succeeds.
         let mut scratch = self.clone();
         let mut scratch_changes = Vec::new();
         let mut results = Vec::with_capacity(ops.len());
         let mut failed_at = None;
         for (i, op) in ops.iter().enumerate() {
-            match scratch.apply_one(zxid, txn, op, &mut scratch_changes) {
+            match scratch.apply_one(zxid, txn, op, enforce, &mut scratch_changes) {
                 Ok(out) => results.push(match out {
                     TxnOutput::Created { path, stat } => OpResult::Created { path, stat },
                     TxnOutput::Deleted => OpResult::Deleted,
@@ -656,7 +686,7 @@ impl DataTree {
     }
 
     /// `setData` on `path`; `system` for the system's own write of `/zookeeper/config` (no
-    /// ACL check, version kept).
+    /// ACL check, version kept); `enforce` refuses a change past a hard quota.
     #[allow(clippy::too_many_arguments)]
     fn set_data(
         &mut self,
@@ -666,9 +696,21 @@ impl DataTree {
         data: &Option<Bytes>,
         version: i32,
         system: bool,
+        enforce: bool,
         changes: &mut Vec<Change>,
     ) -> Result<TxnOutput, TreeError> {
         path::validate(path).map_err(|_| TreeError::BadArguments)?;
+        let new_len = data.as_ref().map_or(0, Bytes::len) as i64;
+        // The quota check comes after NoNode and NoAuth and before BadVersion
+        // (PrepRequestProcessor.pRequest2Txn, setData); only paths under a quota pay for it.
+        if let Some(quotas) = self.quotas.as_ref().filter(|q| !q.is_empty()) {
+            if let Some(node) = self.nodes.get(path) {
+                if system || acl::allowed(node.acl, jute::perms::WRITE, &txn.auth) {
+                    let diff = new_len - node.data().map_or(0, <[u8]>::len) as i64;
+                    quota::check(quotas, &self.nodes, path, 0, diff, enforce, txn.time_ms)?;
+                }
+            }
+        }
         // One lookup for the checks and the change: this is the hottest write.
         let (stat, acl, old_len, old_digest, new_digest) = self
             .nodes
@@ -697,7 +739,8 @@ impl DataTree {
             )
             .ok_or(TreeError::NoNode)??;
         self.digest_swap(old_digest, new_digest);
-        self.data_size += data.as_ref().map_or(0, Bytes::len) as i64 - old_len;
+        self.data_size += new_len - old_len;
+        self.add_usage(path, 0, new_len - old_len);
         changes.push(Change { event: EventType::NodeDataChanged, path: path.to_owned(), acl });
         Ok(TxnOutput::Stat(stat))
     }
@@ -707,6 +750,7 @@ impl DataTree {
         zxid: i64,
         txn: &Txn,
         op: &TxnOp,
+        enforce: bool,
         changes: &mut Vec<Change>,
     ) -> Result<TxnOutput, TreeError> {
         match op {
@@ -732,14 +776,16 @@ impl DataTree {
                 }
                 Ok(TxnOutput::SessionClosed)
             }
-            TxnOp::Create(create) => self.create(zxid, txn, create, changes),
+            TxnOp::Create(create) => self.create(zxid, txn, create, enforce, changes),
             TxnOp::Delete { path, version } => self.delete(zxid, txn, path, *version, changes),
-            TxnOp::SetData { path, data, version } => self.set_data(zxid, txn, path, data, *version, false, changes),
+            TxnOp::SetData { path, data, version } => {
+                self.set_data(zxid, txn, path, data, *version, false, enforce, changes)
+            }
             TxnOp::SetConfig { servers, .. } => {
                 // ZooKeeper's `DataTree.processReconfig`: the new configuration's text, its
                 // version the reconfig's zxid, written as a setData by the system (no ACL).
                 let data = Some(Bytes::from(format!("{servers}version={zxid:x}")));
-                self.set_data(zxid, txn, CONFIG_NODE, &data, -1, true, changes)
+                self.set_data(zxid, txn, CONFIG_NODE, &data, -1, true, false, changes)
             }
             TxnOp::SetAcl { path, acl: requested, version } => {
                 path::validate(path).map_err(|_| TreeError::BadArguments)?;
@@ -772,6 +818,7 @@ impl DataTree {
                 Ok(TxnOutput::Checked(node.stat()))
             }
             TxnOp::Multi(_) => Err(TreeError::BadArguments),
+            TxnOp::QuotaEnforced(op) => self.apply_one(zxid, txn, op, true, changes),
             TxnOp::Fail(e) => Err(*e),
             TxnOp::DeleteContainer { path } => {
                 if !self.is_reapable(path, txn.time_ms) {
@@ -788,6 +835,7 @@ impl DataTree {
         zxid: i64,
         txn: &Txn,
         op: &CreateOp,
+        enforce: bool,
         changes: &mut Vec<Change>,
     ) -> Result<TxnOutput, TreeError> {
         let mode = CreateMode::try_from(op.flags).map_err(|_| TreeError::BadArguments)?;
@@ -799,7 +847,9 @@ impl DataTree {
         let parent_path = if last_slash == 0 { "/" } else { &op.path[..last_slash] };
         let fixed_acl = acl::fixup(&op.acl, &txn.auth).ok_or(TreeError::InvalidAcl)?;
         let owner = owner_for(mode, txn.session_id, op.ttl);
+        let data_len = op.data.as_ref().map_or(0, Bytes::len) as i64;
         let sessions = &self.sessions;
+        let quotas = self.quotas.as_ref();
         // One lookup of the parent for the checks and its Stat change.
         let (path, shared_acl, parent_meta, parent_acl, new_parent_meta) = self
             .nodes
@@ -823,6 +873,10 @@ impl DataTree {
                     }
                     if mode.is_ephemeral() && !sessions.contains_key(&txn.session_id) {
                         return Err(TreeError::SessionExpired);
+                    }
+                    // Last, as in PrepRequestProcessor.pRequest2TxnCreate.
+                    if let Some(quotas) = quotas {
+                        quota::check(quotas, nodes, &path, 1, data_len, enforce, txn.time_ms)?;
                     }
                     // Share the parent's ACL allocation when it is the same list (the common case).
                     let shared_acl = if **parent.acl == fixed_acl { parent.acl.clone() } else { Arc::new(fixed_acl) };
@@ -856,6 +910,7 @@ impl DataTree {
             }
             NodeKind::Normal => {}
         }
+        self.quota_created(&path, data_len);
         changes.push(Change { event: EventType::NodeCreated, path: path.clone(), acl: node_acl });
         changes.push(Change { event: EventType::NodeChildrenChanged, path: parent_path.to_owned(), acl: parent_acl });
         Ok(TxnOutput::Created { path, stat })
@@ -908,9 +963,11 @@ impl DataTree {
     fn remove_node(&mut self, path: &str, zxid: i64, changes: &mut Vec<Change>) {
         let Some(node) = self.nodes.remove(path) else { return };
         let data = node.view().data();
+        let data_len = data.map_or(0, <[u8]>::len) as i64;
         self.digest_swap(digest::node(path, &node.acl, &node.stat, data), 0);
-        self.data_size -= path.len() as i64 + data.map_or(0, <[u8]>::len) as i64;
+        self.data_size -= path.len() as i64 + data_len;
         self.unfile_kind(path, node.kind());
+        self.quota_removed(path, data_len);
         let parent_path = path::parent(path).unwrap_or("/").to_owned();
         let mut parent_acl = SharedAcl::default();
         let parent = self.nodes.update(&parent_path, |parent| {

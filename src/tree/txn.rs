@@ -88,6 +88,10 @@ pub enum TxnOp {
         servers: String,
         min_zxid: i64,
     },
+    /// A create, setData or multi proposed with `zookeeper.enforceQuota` on: apply refuses
+    /// any of its ops that would take a quota's usage past a hard limit (QuotaExceeded). The
+    /// proposer's setting travels with the op, so every replica decides alike.
+    QuotaEnforced(Box<TxnOp>),
 }
 
 /// The result of one op inside a multi.
