@@ -375,6 +375,11 @@ pub struct Config {
     /// and setData past a hard quota fail with QuotaExceeded. Set it alike on every member:
     /// the member that takes the request decides.
     pub enforce_quota: bool,
+    /// `audit.enable` (ZooKeeper's `zookeeper.audit.enable`: zoo.cfg, or `-D` in
+    /// `SERVER_JVMFLAGS`/`JVMFLAGS`): where the audit log goes, if on. The file is
+    /// `audit.logFile`, else `zookeeper_audit.log` in `ZOO_LOG_DIR` (where ZooKeeper's
+    /// scripts put it), else in `dataDir`.
+    pub audit_log: Option<PathBuf>,
     pub max_buffer: usize,
     /// `super:<base64 sha1>`.
     pub super_digest: Option<String>,
@@ -519,6 +524,7 @@ impl Default for Config {
             metrics_port: 7000,
             extended_types_enabled: false,
             enforce_quota: false,
+            audit_log: None,
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
             container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
@@ -753,6 +759,8 @@ impl Config {
         let mut server_section = "QuorumServer".to_owned();
         let mut remove_realm_from_principal = false;
         let mut enforce_quota = None;
+        let mut audit_enable = None;
+        let mut audit_file = None;
         for (raw_key, value) in props {
             // ZooKeeper makes a zoo.cfg key K it does not parse the Java property
             // `zookeeper.K`; these two, written with the prefix in zoo.cfg, become
@@ -818,6 +826,8 @@ impl Config {
                 "metricsProvider.httpPort" => c.metrics_port = parse(raw_key, value)?,
                 "extendedTypesEnabled" => c.extended_types_enabled = parse_bool(raw_key, value)?,
                 "enforceQuota" => enforce_quota = Some(parse_bool(raw_key, value)?),
+                "audit.enable" => audit_enable = Some(parse_bool(raw_key, value)?),
+                "audit.logFile" => audit_file = Some(PathBuf::from(value.trim())),
                 "jute.maxbuffer" => {
                     c.max_buffer = parse(raw_key, value)?;
                     if c.max_buffer < 1024 {
@@ -1015,6 +1025,17 @@ impl Config {
             tracing::warn!(
                 "ssl.quorum.* keys are set but neither sslQuorum nor portUnification: members talk in the clear"
             );
+        }
+        let audit_enable = match audit_enable {
+            Some(on) => on,
+            None => match jvm_property_from_env("zookeeper.audit.enable") {
+                Some((key, value)) => parse_bool(&key, &value)?,
+                None => false,
+            },
+        };
+        if audit_enable {
+            let dir = std::env::var_os("ZOO_LOG_DIR").map(PathBuf::from).unwrap_or_else(|| c.data_dir.clone());
+            c.audit_log = Some(audit_file.unwrap_or_else(|| dir.join("zookeeper_audit.log")));
         }
         c.enforce_quota = match enforce_quota {
             Some(on) => on,

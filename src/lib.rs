@@ -29,6 +29,7 @@
 //! clients; `client` sees only the dispatcher and the statistics.
 
 pub mod admin;
+pub mod audit;
 pub mod client;
 pub mod clock;
 pub mod config;

@@ -74,6 +74,8 @@ pub enum ServerError {
     Import(String),
     #[error("TLS: {0}")]
     Tls(crate::tls::TlsError),
+    #[error("audit.enable: cannot open the audit log {path} (set audit.logFile): {source}")]
+    Audit { path: String, source: std::io::Error },
 }
 
 /// How long a stopping leader tries to hand leadership over before it stops anyway.
@@ -364,6 +366,10 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     let metrics_handle = if config.metrics_enable { crate::admin::metrics::install() } else { None };
     let layout = DataLayout::new(&config.data_dir, &config.data_log_dir);
     layout.prepare().map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
+    if let Some(path) = &config.audit_log {
+        crate::audit::start(path).map_err(|source| ServerError::Audit { path: path.display().to_string(), source })?;
+        tracing::info!(file = %path.display(), "audit log on");
+    }
     let mut options = raft_options(&config, &layout);
     let standalone = options.standalone;
     let peers = if config.servers.is_empty() {
@@ -561,6 +567,7 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
             "raft did not stop in time (a snapshot still being written?): exiting without it"
         );
     }
+    crate::audit::stop();
     tracing::info!("stopped");
     Ok(())
 }

@@ -338,6 +338,12 @@ impl super::Dispatcher {
     pub async fn write(&self, write: super::Write, committed_is_enough: bool) -> super::Reply {
         let super::Write { txn, op, path_only } = write;
         let quota_paths = quota_namespaces(&txn);
+        let audit = if crate::audit::enabled() {
+            let ip = txn.auth.iter().find(|a| a.scheme == "ip").map(|a| a.id.clone());
+            crate::audit::Write::of(&txn, ip.as_deref())
+        } else {
+            None
+        };
         let me = self.0.raft.id();
         let moved = if self.0.raft.is_leader() { self.moved_away(&txn, me) } else { None };
         let result = if let Some(refused) = moved {
@@ -352,6 +358,9 @@ impl super::Dispatcher {
         };
         if !quota_paths.is_empty() {
             count_quota_refusals(&quota_paths, &result);
+        }
+        if let Some(audit) = audit {
+            audit.done(result.as_ref().ok().map(|r| &r.outcome));
         }
         let mut reply = self.write_reply(op, result);
         super::Dispatcher::shape_multi(&path_only, &mut reply);

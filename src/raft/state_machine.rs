@@ -297,6 +297,12 @@ impl StateMachine {
                             self.hook.applied(zxid, txn.session_id, &changes);
                             if let (TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
                                 self.hook.session_closed(*session_id);
+                                if crate::audit::enabled() {
+                                    changes
+                                        .iter()
+                                        .filter(|c| c.event == jute::EventType::NodeDeleted)
+                                        .for_each(|c| crate::audit::ephemeral_deleted(*session_id, &c.path));
+                                }
                             }
                             let result = TxnResult { zxid, outcome };
                             if let Some(answer) = answers.as_mut().and_then(Iterator::next) {
