@@ -380,6 +380,9 @@ pub struct Config {
     /// `audit.logFile`, else `zookeeper_audit.log` in `ZOO_LOG_DIR` (where ZooKeeper's
     /// scripts put it), else in `dataDir`.
     pub audit_log: Option<PathBuf>,
+    /// `admin.rateLimiterIntervalInMS`: the admin `snapshot` and `restore` run at most once
+    /// each in this many ms.
+    pub admin_rate_limit_ms: u64,
     pub max_buffer: usize,
     /// `super:<base64 sha1>`.
     pub super_digest: Option<String>,
@@ -525,6 +528,7 @@ impl Default for Config {
             extended_types_enabled: false,
             enforce_quota: false,
             audit_log: None,
+            admin_rate_limit_ms: 300_000,
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
             container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
@@ -828,6 +832,7 @@ impl Config {
                 "enforceQuota" => enforce_quota = Some(parse_bool(raw_key, value)?),
                 "audit.enable" => audit_enable = Some(parse_bool(raw_key, value)?),
                 "audit.logFile" => audit_file = Some(PathBuf::from(value.trim())),
+                "admin.rateLimiterIntervalInMS" => c.admin_rate_limit_ms = parse(raw_key, value)?,
                 "jute.maxbuffer" => {
                     c.max_buffer = parse(raw_key, value)?;
                     if c.max_buffer < 1024 {

@@ -80,6 +80,35 @@ enum Command {
         #[arg(long)]
         zookeeper_snapshot: PathBuf,
     },
+    /// Saves a backup of a running server: a consistent snapshot of its tree, in Apache
+    /// ZooKeeper's snapshot format, from its admin API (`/commands/snapshot`), written whole
+    /// or not at all and checked before it counts. For cron.
+    Backup {
+        /// The server's admin API, host:port (admin.serverAddress:admin.serverPort).
+        #[arg(long)]
+        server: String,
+        /// The file to write (not replaced if it exists).
+        #[arg(long)]
+        out: PathBuf,
+        /// `digest <user>:<password>` of a user with ALL on `/` (a super user); else the
+        /// environment variable WARDEN_ADMIN_AUTH.
+        #[arg(long)]
+        auth: Option<String>,
+    },
+    /// Restores a backup (or any ZooKeeper snapshot file) into a running server or ensemble,
+    /// through its admin API (`/commands/restore`): every member replaces its tree with the
+    /// snapshot's; connected sessions are kept.
+    Restore {
+        /// The server's admin API, host:port.
+        #[arg(long)]
+        server: String,
+        /// The snapshot file to restore.
+        #[arg(long = "in")]
+        input: PathBuf,
+        /// As for `backup`.
+        #[arg(long)]
+        auth: Option<String>,
+    },
     /// Prints a snapshot or log file: Apache ZooKeeper's (`snapshot.*`, `log.*`) or Warden's
     /// (`snapshot-*.bin`, `raft-log.redb`).
     Dump {
@@ -275,6 +304,8 @@ mod tools {
                 );
                 Ok(())
             }
+            Command::Backup { server, out, auth } => backup(&server, &out, auth),
+            Command::Restore { server, input, auth } => restore(&server, &input, auth),
             Command::Dump { what } => {
                 let stdout = std::io::stdout();
                 let mut out = std::io::BufWriter::new(stdout.lock());
@@ -283,6 +314,83 @@ mod tools {
                 result
             }
         }
+    }
+
+    fn auth_header(auth: Option<String>) -> Result<String, String> {
+        auth.or_else(|| std::env::var("WARDEN_ADMIN_AUTH").ok()).filter(|a| !a.is_empty()).ok_or_else(|| {
+            "give --auth 'digest <user>:<password>' (or WARDEN_ADMIN_AUTH) for a user with ALL on /".to_owned()
+        })
+    }
+
+    /// The admin API's JSON error, or the status, for a refused command.
+    fn refusal(e: ureq::Error) -> String {
+        match e {
+            ureq::Error::StatusCode(code) => format!("the server answered HTTP {code}"),
+            e => e.to_string(),
+        }
+    }
+
+    fn backup(server: &str, out: &Path, auth: Option<String>) -> Result<(), String> {
+        if out.exists() {
+            return Err(format!("{} exists; not replacing it", out.display()));
+        }
+        let auth = auth_header(auth)?;
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut response = agent
+            .get(format!("http://{server}/commands/snapshot?streaming=true"))
+            .header("Authorization", &auth)
+            .call()
+            .map_err(refusal)?;
+        if !response.status().is_success() {
+            let body = response.body_mut().read_to_string().unwrap_or_default();
+            return Err(format!("the server refused the snapshot (HTTP {}): {body}", response.status()));
+        }
+        let zxid = response.headers().get("last_zxid").and_then(|v| v.to_str().ok()).unwrap_or("?").to_owned();
+        let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(".{}.tmp", out.file_name().and_then(|n| n.to_str()).unwrap_or("backup")));
+        let result = (|| -> Result<(u64, usize), String> {
+            let mut file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+            let bytes = std::io::copy(&mut response.body_mut().with_config().limit(u64::MAX).reader(), &mut file)
+                .map_err(|e| format!("reading the snapshot from {server}: {e}"))?;
+            file.sync_all().map_err(|e| e.to_string())?;
+            // A backup that would not restore is no backup: read it back whole.
+            let data = std::fs::read(&tmp).map_err(|e| e.to_string())?;
+            let tree = warden::zkdata::import::snapshot_tree(&data, &tmp).map_err(|e| e.to_string())?;
+            std::fs::rename(&tmp, out).map_err(|e| format!("{}: {e}", out.display()))?;
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| e.to_string())?;
+            Ok((bytes, tree.node_count()))
+        })();
+        let (bytes, znodes) = result.inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })?;
+        println!("wrote {}: zxid {zxid}, {znodes} znodes, {bytes} bytes", out.display());
+        Ok(())
+    }
+
+    fn restore(server: &str, input: &Path, auth: Option<String>) -> Result<(), String> {
+        let auth = auth_header(auth)?;
+        let data = std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
+        // Refuse a damaged file here rather than after the upload.
+        let tree = warden::zkdata::import::snapshot_tree(&data, input).map_err(|e| e.to_string())?;
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut response = agent
+            .post(format!("http://{server}/commands/restore"))
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/octet-stream")
+            .send(&data[..])
+            .map_err(refusal)?;
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        if !response.status().is_success() {
+            return Err(format!("the server refused the restore (HTTP {}): {body}", response.status()));
+        }
+        let zxid = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["last_zxid"].as_i64());
+        println!(
+            "restored {} ({} znodes) into {server} at zxid {}",
+            input.display(),
+            tree.node_count(),
+            zxid.map_or("?".into(), |z| format!("{z:#x}"))
+        );
+        Ok(())
     }
 
     fn dump_file(what: DumpWhat, out: &mut dyn Write) -> Result<(), String> {

@@ -289,6 +289,11 @@ pub fn command_json(d: &View, name: &str, kwargs: &HashMap<String, String>) -> O
             // The zoo.cfg the server started from, passwords masked.
             m.insert("initial_configuration".into(), json!(d.config.initial_config_masked()));
         }
+        "last_snapshot" => {
+            let (zxid, timestamp) = super::backup::last_snapshot(d);
+            m.insert("zxid".into(), json!(zxid));
+            m.insert("timestamp".into(), json!(timestamp));
+        }
         "system_properties" => {
             // A JVM's system properties; Warden has no JVM: the process facts Java would give.
             for (k, v) in four_letter::system_properties() {
@@ -350,6 +355,9 @@ fn connections(d: &View) -> Value {
 const MORE_COMMANDS: &[(&str, &str)] = &[
     ("icfg", "initial_configuration"),
     ("lead", "leader"),
+    ("lsnp", "last_snapshot"),
+    ("snap", "snapshot"),
+    ("rest", "restore"),
     ("orst", "observer_connection_stat_reset"),
     ("obsr", "observers"),
     ("sysp", "system_properties"),
@@ -366,11 +374,37 @@ async fn command(
     State(d): State<View>,
     Path(name): Path<String>,
     Query(kwargs): Query<HashMap<String, String>>,
+    headers: HeaderMap,
 ) -> Response {
+    match name.as_str() {
+        "snapshot" | "snap" => return super::backup::snapshot(d, headers, kwargs).await,
+        // ZooKeeper's restore is a POST; a GET gets its 405.
+        "restore" | "rest" => {
+            return (
+                StatusCode::METHOD_NOT_ALLOWED,
+                Json(json!({ "command": "restore", "error": "restore is a POST with the snapshot as its body" })),
+            )
+                .into_response()
+        }
+        _ => {}
+    }
     match command_json(&d, &name, &kwargs) {
         Some(v) => Json(v).into_response(),
         // ZooKeeper answers an unknown command with 200 and an error message.
         None => Json(json!({ "command": name, "error": format!("Unknown command: {name}") })).into_response(),
+    }
+}
+
+/// The POST commands: `restore` (ZooKeeper 3.9's `PostCommand`s).
+async fn command_post(
+    State(d): State<View>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    match name.as_str() {
+        "restore" | "rest" => super::backup::restore(d, headers, body).await,
+        _ => Json(json!({ "command": name, "error": format!("Unknown command: {name}") })).into_response(),
     }
 }
 
@@ -450,7 +484,8 @@ async fn ready(State(d): State<View>) -> Response {
 pub async fn serve(addr: SocketAddr, d: View, stop: tokio::sync::watch::Receiver<bool>) {
     let app = Router::new()
         .route("/commands", get(commands))
-        .route("/commands/{name}", get(command))
+        .route("/commands/{name}", get(command).post(command_post))
+        .layer(axum::extract::DefaultBodyLimit::max(super::backup::RESTORE_LIMIT))
         .route("/sessions", get(sessions))
         .route("/sessions/{id}/kill", post(kill))
         .route("/ready", get(ready))

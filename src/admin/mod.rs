@@ -4,6 +4,7 @@
 //! nothing below imports this module. Other modules declare their own metrics; this module
 //! only exports them.
 
+pub mod backup;
 pub mod four_letter;
 pub mod http;
 pub mod metrics;

@@ -306,6 +306,39 @@ impl Dispatcher {
         schemes.is_empty() || caller.auth.iter().any(|i| schemes.contains(&i.scheme))
     }
 
+    /// The admin `restore`: checks that `snapshot` (a ZooKeeper snapshot file's bytes) reads
+    /// whole, then replaces the tree with it on every replica through the log, sessions kept
+    /// (see `DataTree::restore_onto`). The zxid it was applied at.
+    pub async fn restore(&self, snapshot: Bytes) -> Result<i64, RestoreError> {
+        let check = snapshot.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            crate::zkdata::import::snapshot_tree(&check, std::path::Path::new("the uploaded snapshot"))
+                .map(|t| (t.node_count(), t.last_zxid()))
+        })
+        .await
+        .map_err(|e| RestoreError::Unreadable(e.to_string()))?
+        .map_err(|e| RestoreError::Unreadable(e.to_string()))?;
+        let txn = Txn {
+            session_id: 0,
+            time_ms: crate::clock::now_ms(),
+            auth: Default::default(),
+            op: TxnOp::Restore { snapshot },
+        };
+        let result = self.propose(txn).await.map_err(RestoreError::Propose)?;
+        match result.outcome {
+            Ok(_) => {
+                tracing::warn!(
+                    znodes = checked.0,
+                    snapshot_zxid = checked.1,
+                    zxid = result.zxid,
+                    "restored a snapshot through the admin API"
+                );
+                Ok(result.zxid)
+            }
+            Err(e) => Err(RestoreError::Unreadable(format!("refused when applied: {e}"))),
+        }
+    }
+
     /// Expires a session through the log (admin kill): its ephemerals are deleted on every
     /// replica, watchers are told, and its connection is closed so the client learns it is
     /// expired when it reconnects. `Ok(false)` if there is no such session.
@@ -324,4 +357,13 @@ impl Dispatcher {
         tracing::info!(session = format_args!("{session_id:#x}"), "session killed by the admin API");
         Ok(result.outcome.is_ok())
     }
+}
+
+/// Why an admin `restore` did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("not a usable ZooKeeper snapshot: {0}")]
+    Unreadable(String),
+    #[error("not replicated: {0}")]
+    Propose(ProposeError),
 }

@@ -157,6 +157,7 @@ fn may_change(op: &TxnOp, scope: Scope) -> bool {
         TxnOp::CreateSession { .. } | TxnOp::CloseSession { .. } => true,
         TxnOp::SetConfig { .. } => path_hash(crate::tree::CONFIG_NODE) == read,
         TxnOp::QuotaEnforced(op) => may_change(op, scope),
+        TxnOp::Restore { .. } => true,
     }
 }
 

@@ -293,6 +293,15 @@ impl StateMachine {
                         let mut results = Vec::with_capacity(batch.txns.len());
                         for txn in batch.txns.iter() {
                             let zxid = next_zxid(&tree, txn);
+                            if let TxnOp::Restore { snapshot } = &txn.op {
+                                let outcome = self.restore(&mut tree, zxid, snapshot);
+                                let result = TxnResult { zxid, outcome };
+                                if let Some(answer) = answers.as_mut().and_then(Iterator::next) {
+                                    let _ = answer.send(Ok(result.clone()));
+                                }
+                                results.push(result);
+                                continue;
+                            }
                             let (outcome, changes) = tree.apply(zxid, txn);
                             self.hook.applied(zxid, txn.session_id, &changes);
                             if let (TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
@@ -333,6 +342,35 @@ impl StateMachine {
         self.shared.write().set_config_node(&text, version);
         self.config_node = Some((text, version));
         self
+    }
+
+    /// Applies an admin `restore` at `zxid`: the snapshot's tree, with the sessions of the
+    /// tree it replaces, told to the hook as a snapshot install is. The same bytes give the
+    /// same tree on every replica; bytes that do not parse (the proposer checked them
+    /// first) leave the tree as it was, everywhere.
+    fn restore(
+        &self,
+        tree: &mut DataTree,
+        zxid: i64,
+        snapshot: &[u8],
+    ) -> Result<crate::tree::txn::TxnOutput, crate::tree::TreeError> {
+        let name = std::path::Path::new("restored snapshot");
+        let restored = match crate::zkdata::import::snapshot_tree(snapshot, name) {
+            Ok(t) => t.restore_onto(tree, zxid),
+            Err(e) => {
+                tracing::error!(error = %e, "restore refused: the snapshot does not read");
+                return Err(crate::tree::TreeError::BadArguments);
+            }
+        };
+        let old = std::mem::replace(tree, restored);
+        self.hook.replaced(&old, tree);
+        tracing::warn!(
+            zxid,
+            znodes = tree.node_count(),
+            sessions = tree.sessions().count(),
+            "tree restored from a snapshot (admin restore)"
+        );
+        Ok(crate::tree::txn::TxnOutput::Restored)
     }
 
     /// The directory snapshots live in.

@@ -21,6 +21,7 @@ use super::NodeStat;
 use super::SessionEntry;
 use super::SharedAcl;
 use super::TreeError;
+use super::CONFIG_NODE;
 
 /// The parent of a ZooKeeper path, as `DataTree.createNode` cuts it (`""` is the root).
 fn parent_of(path: &str) -> Option<&str> {
@@ -258,6 +259,37 @@ impl DataTree {
         for path in paths.unwrap_or(&[]).iter().chain(own.iter().filter(|p| !paths.unwrap_or(&[]).contains(p))) {
             let _ = self.replay_delete(path, zxid);
         }
+    }
+
+    /// The tree an admin `restore` leaves at `zxid`: `self` (a snapshot's tree, from
+    /// `import_finish`) with the sessions of `current` (the tree it replaces). Connected
+    /// clients keep their sessions: a session of the snapshot that `current` lacks loses its
+    /// ephemerals, one in both keeps those the snapshot gives it. `/zookeeper/config` stays
+    /// `current`'s (the ensemble is this one, not the snapshot's), and the zxid only grows:
+    /// every replica computes the same tree.
+    pub fn restore_onto(mut self, current: &DataTree, zxid: i64) -> DataTree {
+        let gone: Vec<i64> = self.sessions.keys().filter(|id| current.session(**id).is_none()).copied().collect();
+        for id in gone {
+            self.replay_close_session(id, None, zxid);
+        }
+        for (id, live) in current.sessions() {
+            let entry = self.sessions.entry(*id).or_insert_with(|| SessionEntry {
+                timeout_ms: live.timeout_ms,
+                passwd: live.passwd.clone(),
+                ephemerals: Ephemerals::default(),
+            });
+            entry.timeout_ms = live.timeout_ms;
+            entry.passwd = live.passwd.clone();
+        }
+        if let Some(config) = current.node(CONFIG_NODE) {
+            let (stat, data) = (config.stat, config.data().unwrap_or_default().to_vec());
+            self.replace_data(CONFIG_NODE, &data, |node| node.stat = stat);
+        }
+        self.last_zxid = zxid;
+        self.digest = None;
+        self.quotas = None;
+        self.compute_derived();
+        self
     }
 
     /// Ends an import at `last_zxid`: deletes orphaned ephemerals (at `last_zxid`, as

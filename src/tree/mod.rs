@@ -819,6 +819,7 @@ impl DataTree {
             }
             TxnOp::Multi(_) => Err(TreeError::BadArguments),
             TxnOp::QuotaEnforced(op) => self.apply_one(zxid, txn, op, true, changes),
+            TxnOp::Restore { .. } => Err(TreeError::BadArguments),
             TxnOp::Fail(e) => Err(*e),
             TxnOp::DeleteContainer { path } => {
                 if !self.is_reapable(path, txn.time_ms) {

@@ -328,3 +328,33 @@ fn refused_create_changes_nothing() {
     t.compute_derived();
     assert_eq!(t.digest(), incremental);
 }
+
+/// A restore takes the snapshot's nodes and keeps the live sessions: a session only the
+/// snapshot knows loses its ephemerals, a live one keeps those the snapshot gives it, a live
+/// one the snapshot lacks stays; `/zookeeper/config` and the zxid are the current tree's.
+#[test]
+fn restore_keeps_live_sessions() {
+    let session = |id| TxnOp::CreateSession { session_id: id, timeout_ms: 4000, passwd: Bytes::from_static(b"p") };
+    let mut snap = DataTree::new();
+    assert!(snap.apply(1, &txn(0, session(1))).0.is_ok());
+    assert!(snap.apply(2, &txn(0, session(2))).0.is_ok());
+    assert!(snap.apply(3, &txn(1, create("/e1", CreateMode::Ephemeral.code()))).0.is_ok());
+    assert!(snap.apply(4, &txn(2, create("/e2", CreateMode::Ephemeral.code()))).0.is_ok());
+    assert!(snap.apply(5, &txn(0, create("/p", 0))).0.is_ok());
+    let mut current = DataTree::new();
+    assert!(current.apply(10, &txn(0, session(2))).0.is_ok());
+    assert!(current.apply(11, &txn(0, session(3))).0.is_ok());
+    assert!(current.apply(12, &txn(0, create("/other", 0))).0.is_ok());
+    current.set_config_node(b"server.1=a:1:2;3\nversion=0", 0);
+    let restored = snap.restore_onto(&current, 20);
+    assert_eq!(restored.exists("/e1"), Err(TreeError::NoNode), "session 1 is not live");
+    assert_eq!(restored.exists("/e2").map(|s| s.ephemeral_owner), Ok(2));
+    assert!(restored.exists("/p").is_ok() && restored.exists("/other").is_err());
+    let mut ids: Vec<i64> = restored.sessions().map(|(id, _)| *id).collect();
+    ids.sort();
+    assert_eq!(ids, vec![2, 3]);
+    assert_eq!(restored.ephemerals(2, "/"), vec!["/e2".to_owned()]);
+    assert_eq!(restored.last_zxid(), 20);
+    let config = restored.node(CONFIG_NODE).and_then(|n| n.data()).map(<[u8]>::to_vec);
+    assert_eq!(config.as_deref(), Some(&b"server.1=a:1:2;3\nversion=0"[..]));
+}

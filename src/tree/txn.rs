@@ -92,6 +92,13 @@ pub enum TxnOp {
     /// any of its ops that would take a quota's usage past a hard limit (QuotaExceeded). The
     /// proposer's setting travels with the op, so every replica decides alike.
     QuotaEnforced(Box<TxnOp>),
+    /// The admin `restore`: the bytes of a ZooKeeper snapshot file to replace the tree with,
+    /// sessions kept (`DataTree::restore_onto`). The state machine parses and applies it
+    /// (parsing is `zkdata`'s, above this module); [`DataTree::apply`](super::DataTree::apply)
+    /// refuses it.
+    Restore {
+        snapshot: Bytes,
+    },
 }
 
 /// The result of one op inside a multi.
@@ -129,6 +136,8 @@ pub enum TxnOutput {
         results: Vec<OpResult>,
         failed: bool,
     },
+    /// The tree was replaced by a snapshot's ([`TxnOp::Restore`]).
+    Restored,
 }
 
 /// The state machine's answer for one txn: its zxid and outcome.
