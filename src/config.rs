@@ -383,6 +383,9 @@ pub struct Config {
     /// `admin.rateLimiterIntervalInMS`: the admin `snapshot` and `restore` run at most once
     /// each in this many ms.
     pub admin_rate_limit_ms: u64,
+    /// `digest.enabled` (ZooKeeper's `zookeeper.digest.enabled`, default true): followers
+    /// compare their tree digests with the leader's (`dispatch::digests`).
+    pub digest_enabled: bool,
     pub max_buffer: usize,
     /// `super:<base64 sha1>`.
     pub super_digest: Option<String>,
@@ -529,6 +532,7 @@ impl Default for Config {
             enforce_quota: false,
             audit_log: None,
             admin_rate_limit_ms: 300_000,
+            digest_enabled: true,
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
             container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
@@ -833,6 +837,7 @@ impl Config {
                 "audit.enable" => audit_enable = Some(parse_bool(raw_key, value)?),
                 "audit.logFile" => audit_file = Some(PathBuf::from(value.trim())),
                 "admin.rateLimiterIntervalInMS" => c.admin_rate_limit_ms = parse(raw_key, value)?,
+                "digest.enabled" => c.digest_enabled = parse_bool(raw_key, value)?,
                 "jute.maxbuffer" => {
                     c.max_buffer = parse(raw_key, value)?;
                     if c.max_buffer < 1024 {

@@ -469,6 +469,9 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     )));
     if !standalone {
         tasks.push(tokio::spawn(dispatcher.clone().persist_reconfigs(stop_rx.clone())));
+        if config.digest_enabled {
+            tasks.push(tokio::spawn(crate::dispatch::digests::watch(dispatcher.clone(), stop_rx.clone())));
+        }
     }
     tasks.push(tokio::spawn(crate::dispatch::containers::reap(
         raft.clone(),

@@ -170,6 +170,10 @@ pub fn monitor(d: &View) -> Vec<(String, String)> {
         ("zk_raft_leader_id".into(), m.leader.map_or(-1, |l| l as i64).to_string()),
         ("zk_raft_last_log_index".into(), m.last_log_index.to_string()),
         ("zk_raft_applied_index".into(), m.applied_index.to_string()),
+        // ZooKeeper's ServerMetrics counter; `zk_digest_diverged` is Warden's: 1 while this
+        // member's tree differs from its leader's and is being re-synced.
+        ("zk_digest_mismatches_count".into(), d.raft.digest_mismatches().to_string()),
+        ("zk_digest_diverged".into(), u8::from(d.raft.diverged()).to_string()),
     ];
     v.retain(|(_, val)| !val.is_empty());
     v

@@ -22,6 +22,7 @@
 
 pub mod connect;
 pub mod containers;
+pub mod digests;
 pub mod order;
 pub mod peer;
 pub mod prep;

@@ -94,6 +94,22 @@ impl crate::peer::PeerHandler for Dispatcher {
         Box::pin(async move { d.run_reconfig(req).await })
     }
 
+    fn digests(&self, after: i64) -> Result<Vec<(i64, u64)>, String> {
+        if !self.0.raft.is_leader() {
+            return Err("not the leader".into());
+        }
+        let tree = self.0.shared.read();
+        Ok(tree.digest_log().filter(|d| d.zxid > after).map(|d| (d.zxid, d.digest)).collect())
+    }
+
+    fn snapshot_above(
+        &self,
+        index: u64,
+    ) -> BoxFuture<'static, Result<(crate::raft::Vote, crate::raft::SnapshotMeta, Vec<u8>), String>> {
+        let raft = self.0.raft.clone();
+        Box::pin(async move { raft.snapshot_above(index, std::time::Duration::from_secs(60)).await })
+    }
+
     fn touch(&self, sessions: &[i64]) {
         for s in sessions {
             self.0.sessions.touch(*s);

@@ -95,6 +95,12 @@ pub enum PeerRequest {
     ForwardFrom(u64, TxnBatch),
     /// [`PeerRequest::ValidateSession`] by member `.1`, which the session now belongs to.
     ValidateSessionFrom(i64, u64),
+    /// A follower asks the leader for its tree digests (zxid, digest) after this zxid, to
+    /// compare with its own (`dispatch::digests`).
+    Digests(i64),
+    /// A diverged follower asks the leader for a snapshot above this log index
+    /// (`crate::raft::resync`).
+    SnapshotAbove(u64),
 }
 
 /// A `reconfig` request (ZooKeeper's `ReconfigRequest`).
@@ -150,6 +156,9 @@ pub enum PeerResponse {
     /// The next SASL token, or why the exchange failed (or is not taken here).
     Sasl(Result<SaslAnswer, String>),
     Reconfig(Result<Reconfigured, ReconfigError>),
+    Digests(Result<Vec<(i64, u64)>, String>),
+    /// The leader's vote, and a snapshot's meta and file.
+    Snapshot(Result<(crate::raft::Vote, crate::raft::SnapshotMeta, Vec<u8>), String>),
 }
 
 /// The accepting member's SASL token.
@@ -614,6 +623,14 @@ pub trait PeerHandler: Send + Sync + 'static {
     fn bootstrap(&self) -> bootstrap::BootstrapState;
     /// On the leader: runs a reconfig a follower's client asked for.
     fn reconfig(&self, req: Reconfig) -> futures::future::BoxFuture<'static, Result<Reconfigured, ReconfigError>>;
+    /// On the leader: its tree digests after `zxid`.
+    fn digests(&self, after: i64) -> Result<Vec<(i64, u64)>, String>;
+    /// On the leader: a snapshot above log index `index` for a diverged follower.
+    #[allow(clippy::type_complexity)]
+    fn snapshot_above(
+        &self,
+        index: u64,
+    ) -> futures::future::BoxFuture<'static, Result<(crate::raft::Vote, crate::raft::SnapshotMeta, Vec<u8>), String>>;
 }
 
 /// Accepts peer connections until `stop` fires.
@@ -791,6 +808,13 @@ async fn server_connection<H: PeerHandler>(
             PeerRequest::ReadIndex => {
                 let fut = h.read_index();
                 waiting.push(async move { (id, PeerResponse::ReadIndex(fut.await)) }.boxed());
+            }
+            PeerRequest::Digests(after) => {
+                answer(&mut writer, id, PeerResponse::Digests(h.digests(after))).await?;
+            }
+            PeerRequest::SnapshotAbove(index) => {
+                let fut = h.snapshot_above(index);
+                waiting.push(async move { (id, PeerResponse::Snapshot(fut.await)) }.boxed());
             }
             PeerRequest::Reconfig(req) => {
                 let fut = h.reconfig(req);

@@ -27,6 +27,7 @@ pub mod log_store;
 pub mod members;
 pub mod network;
 pub mod offline;
+pub mod resync;
 pub mod segment_log;
 pub mod serving;
 pub mod snapshot;
@@ -228,6 +229,8 @@ pub struct Raft {
     options: Arc<Options>,
     /// The highest log index a leader's AppendEntries brought this member.
     received: Arc<std::sync::atomic::AtomicU64>,
+    /// Whether this member's tree diverged from its leader's (see [`resync`]).
+    replica: Arc<resync::ReplicaCheck>,
 }
 
 fn text(e: impl std::fmt::Display) -> String {
@@ -281,6 +284,7 @@ impl Raft {
             )),
             options: Arc::new(options),
             received: Default::default(),
+            replica: Default::default(),
         };
         if raft.options.initialize && !raft.inner.is_initialized().await.map_err(text)? {
             let members: BTreeMap<u64, openraft::BasicNode> = raft
@@ -462,6 +466,11 @@ impl Raft {
         use network::RaftRequest as Q;
         use network::RaftResponse as A;
         match req {
+            // A diverged member takes no entries until it has the leader's snapshot: its
+            // committed index must stay below the snapshot's (see `resync`).
+            Q::AppendEntries(_) if self.diverged() => {
+                A::AppendEntries(Err(openraft::error::RaftError::Fatal(openraft::error::Fatal::Stopped)))
+            }
             Q::AppendEntries(rpc) => {
                 self.heard_from(&rpc.vote, rpc.leader_commit.map(|l| l.index));
                 if let Some(last) = rpc.entries.last() {

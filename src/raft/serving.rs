@@ -21,6 +21,10 @@ pub fn limit(options: &super::Options) -> Duration {
 /// within `limit` and has caught up since its last return.
 pub fn may_serve(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
     let me = raft.id();
+    if raft.diverged() {
+        // Its tree differs from the leader's: it serves again once re-synced (`resync`).
+        return false;
+    }
     if !status.members.is_empty() && !status.members.contains_key(&me) {
         // A reconfig removed this member: it serves no more (as in ZooKeeper).
         return false;

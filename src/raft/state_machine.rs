@@ -272,6 +272,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 }
 
+/// A test-only failpoint, in debug builds only: with `WARDEN_TEST_CORRUPT_CREATED=<path>` in
+/// its environment, this member alone changes the data of `<path>` right after applying its
+/// create, as a bug or a flipped bit in memory would; the replica digests must catch it
+/// (`compat-tests/test_digests.py`).
+#[cfg(debug_assertions)]
+fn corrupt_for_test(tree: &mut DataTree, changes: &[crate::tree::Change]) {
+    static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(path) = PATH.get_or_init(|| std::env::var("WARDEN_TEST_CORRUPT_CREATED").ok()) else { return };
+    if changes.iter().any(|c| c.event == jute::EventType::NodeCreated && c.path == *path) {
+        tracing::warn!(path, "test failpoint: corrupting this member's copy of the node");
+        tree.corrupt_for_test(path);
+    }
+}
+
 impl StateMachine {
     /// Applies committed entries in order; returns each entry's txn results (none for blank
     /// and membership entries).
@@ -303,6 +317,8 @@ impl StateMachine {
                                 continue;
                             }
                             let (outcome, changes) = tree.apply(zxid, txn);
+                            #[cfg(debug_assertions)]
+                            corrupt_for_test(&mut tree, &changes);
                             self.hook.applied(zxid, txn.session_id, &changes);
                             if let (TxnOp::CloseSession { session_id }, Ok(_)) = (&txn.op, &outcome) {
                                 self.hook.session_closed(*session_id);

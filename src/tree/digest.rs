@@ -152,8 +152,18 @@ fn feed_meta(h: &mut impl Feed, path: &str, acl: &[AclEntry], s: &NodeStat) {
     }
 }
 
+/// `/zookeeper/config` counts for nothing: every member writes it from its own zoo.cfg at
+/// start, and members whose files say the same thing in other words must not differ (ZooKeeper's
+/// `DigestCalculator` leaves out all of `/zookeeper/`).
+fn counted(path: &str) -> bool {
+    path != super::CONFIG_NODE
+}
+
 /// The content part of a node's digest: its path and data.
 pub fn content(path: &str, data: Option<&[u8]>) -> u64 {
+    if !counted(path) {
+        return 0;
+    }
     let mut h = Hasher::new();
     feed_content(&mut h, path, data);
     h.finish()
@@ -161,6 +171,9 @@ pub fn content(path: &str, data: Option<&[u8]>) -> u64 {
 
 /// The meta part of a node's digest: its path, stat and ACL.
 pub fn meta(path: &str, acl: &[AclEntry], stat: &NodeStat) -> u64 {
+    if !counted(path) {
+        return 0;
+    }
     let mut h = Hasher::new();
     feed_meta(&mut h, path, acl, stat);
     h.finish()

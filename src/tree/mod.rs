@@ -410,6 +410,13 @@ impl DataTree {
         })
     }
 
+    /// Changes `path`'s data behind the log's back on this member only (the digest follows):
+    /// for the test failpoint that checks replica digests catch a diverged tree.
+    #[cfg(debug_assertions)]
+    pub fn corrupt_for_test(&mut self, path: &str) {
+        self.replace_data(path, b"corrupted by a test failpoint", |_| {});
+    }
+
     /// Replaces a node's data as the server itself does (no ACL, no version, no watch);
     /// `edit` may change its Stat. Keeps the digest and data size. Whether the node exists.
     fn replace_data(&mut self, path: &str, data: &[u8], edit: impl FnOnce(&mut Node)) -> bool {
