@@ -84,6 +84,7 @@ cat > "$OUT/prometheus.yml" <<YML
 global:
   scrape_interval: 5s
   evaluation_interval: 5s
+rule_files: [/etc/prometheus/alerts.yml]
 scrape_configs:
   - job_name: warden
     static_configs:
