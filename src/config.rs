@@ -381,8 +381,11 @@ pub struct Config {
     /// scripts put it), else in `dataDir`.
     pub audit_log: Option<PathBuf>,
     /// `admin.rateLimiterIntervalInMS`: the admin `snapshot` and `restore` run at most once
-    /// each in this many ms.
+    /// each in this many ms; `admin.snapshot.intervalInMS` and `admin.restore.intervalInMS`
+    /// set one of them alone.
     pub admin_rate_limit_ms: u64,
+    pub admin_snapshot_interval_ms: Option<u64>,
+    pub admin_restore_interval_ms: Option<u64>,
     /// `digest.enabled` (ZooKeeper's `zookeeper.digest.enabled`, default true): followers
     /// compare their tree digests with the leader's (`dispatch::digests`).
     pub digest_enabled: bool,
@@ -532,6 +535,8 @@ impl Default for Config {
             enforce_quota: false,
             audit_log: None,
             admin_rate_limit_ms: 300_000,
+            admin_snapshot_interval_ms: None,
+            admin_restore_interval_ms: None,
             digest_enabled: true,
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
@@ -837,6 +842,8 @@ impl Config {
                 "audit.enable" => audit_enable = Some(parse_bool(raw_key, value)?),
                 "audit.logFile" => audit_file = Some(PathBuf::from(value.trim())),
                 "admin.rateLimiterIntervalInMS" => c.admin_rate_limit_ms = parse(raw_key, value)?,
+                "admin.snapshot.intervalInMS" => c.admin_snapshot_interval_ms = Some(parse(raw_key, value)?),
+                "admin.restore.intervalInMS" => c.admin_restore_interval_ms = Some(parse(raw_key, value)?),
                 "digest.enabled" => c.digest_enabled = parse_bool(raw_key, value)?,
                 "jute.maxbuffer" => {
                     c.max_buffer = parse(raw_key, value)?;

@@ -9,7 +9,8 @@
 //! `Dispatcher::restore`). Both want ZooKeeper's admin authentication: an `Authorization:
 //! digest <user>:<password>` header whose identity has ALL on `/` (a super user has), else
 //! 401 or 403; and both are rate limited to one per `admin.rateLimiterIntervalInMS`
-//! (ZooKeeper's key, default 5 minutes), else 429.
+//! (ZooKeeper's key, default 5 minutes; `admin.snapshot.intervalInMS` and
+//! `admin.restore.intervalInMS` set one alone), else 429.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
@@ -76,7 +77,9 @@ fn authorize(d: &View, headers: &HeaderMap) -> Result<(), Refused> {
 fn rate_limited(d: &View, last: &AtomicI64, command: &str) -> Result<(), Refused> {
     let now = crate::clock::now_ms();
     let before = last.load(Ordering::Relaxed);
-    let interval = d.config.admin_rate_limit_ms as i64;
+    let own =
+        if command == "snapshot" { d.config.admin_snapshot_interval_ms } else { d.config.admin_restore_interval_ms };
+    let interval = own.unwrap_or(d.config.admin_rate_limit_ms) as i64;
     if now.saturating_sub(before) < interval
         || last.compare_exchange(before, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
     {
