@@ -389,6 +389,12 @@ pub struct Config {
     /// `digest.enabled` (ZooKeeper's `zookeeper.digest.enabled`, default true): followers
     /// compare their tree digests with the leader's (`dispatch::digests`).
     pub digest_enabled: bool,
+    /// `localSessionsEnabled`: on an ensemble member, a new session lives on that member only,
+    /// with no log entry, until it creates an ephemeral (ZooKeeper's local sessions).
+    pub local_sessions: bool,
+    /// `localSessionsUpgradingEnabled`: a local session that creates an ephemeral becomes a
+    /// global one first; without it the create fails with EphemeralOnLocalSession.
+    pub local_sessions_upgrading: bool,
     pub max_buffer: usize,
     /// `super:<base64 sha1>`.
     pub super_digest: Option<String>,
@@ -538,6 +544,8 @@ impl Default for Config {
             admin_snapshot_interval_ms: None,
             admin_restore_interval_ms: None,
             digest_enabled: true,
+            local_sessions: false,
+            local_sessions_upgrading: false,
             max_buffer: jute::DEFAULT_MAX_FRAME,
             super_digest: None,
             container_check_interval_ms: DEFAULT_CONTAINER_CHECK_INTERVAL_MS,
@@ -845,6 +853,8 @@ impl Config {
                 "admin.snapshot.intervalInMS" => c.admin_snapshot_interval_ms = Some(parse(raw_key, value)?),
                 "admin.restore.intervalInMS" => c.admin_restore_interval_ms = Some(parse(raw_key, value)?),
                 "digest.enabled" => c.digest_enabled = parse_bool(raw_key, value)?,
+                "localSessionsEnabled" => c.local_sessions = parse_bool(raw_key, value)?,
+                "localSessionsUpgradingEnabled" => c.local_sessions_upgrading = parse_bool(raw_key, value)?,
                 "jute.maxbuffer" => {
                     c.max_buffer = parse(raw_key, value)?;
                     if c.max_buffer < 1024 {

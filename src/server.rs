@@ -445,6 +445,13 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
             config.tick_time_ms,
             stop_rx.clone(),
         )));
+        if config.local_sessions {
+            tasks.push(tokio::spawn(crate::session::expire_local(
+                sessions.clone(),
+                config.tick_time_ms,
+                stop_rx.clone(),
+            )));
+        }
     }
     if let Some(p) = placement {
         let stats = stats.clone();

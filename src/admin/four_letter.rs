@@ -158,7 +158,7 @@ pub fn monitor(d: &View) -> Vec<(String, String)> {
         ("zk_max_client_response_size".into(), d.stats.response_size.max().to_string()),
         ("zk_min_client_response_size".into(), d.stats.response_size.min().to_string()),
         ("zk_global_sessions".into(), sessions.to_string()),
-        ("zk_local_sessions".into(), "0".into()),
+        ("zk_local_sessions".into(), d.sessions.local_sessions().len().to_string()),
         ("zk_connection_drop_probability".into(), "0.0".into()),
         ("zk_outstanding_tls_handshake".into(), "0".into()),
         ("zk_auth_failed_count".into(), d.stats.auth_failed.load(Ordering::Relaxed).to_string()),

@@ -424,9 +424,23 @@ pub fn sessions_json(d: &View) -> Value {
                 "connected_server": addresses.get(id).map(|_| d.config.server_id),
                 "last_heard_ms_ago": heard.get(id),
                 "ephemeral_count": s.ephemerals.len(),
+                "local": false,
             })
         })
         .collect();
+    drop(tree);
+    // Local sessions (`localSessionsEnabled`): on this member only, never in the log.
+    list.extend(d.sessions.local_sessions().into_iter().map(|(id, timeout_ms)| {
+        json!({
+            "id": format!("{id:#x}"),
+            "timeout_ms": timeout_ms,
+            "client_address": addresses.get(&id),
+            "connected_server": addresses.get(&id).map(|_| d.config.server_id),
+            "last_heard_ms_ago": heard.get(&id),
+            "ephemeral_count": 0,
+            "local": true,
+        })
+    }));
     list.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     Value::Array(list)
 }

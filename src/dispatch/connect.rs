@@ -87,6 +87,15 @@ impl Dispatcher {
             // survives an export back to ZooKeeper, which recomputes passwords from ids.
             let passwd = Bytes::copy_from_slice(&crate::zkdata::password::session_password(id));
             let caller = Caller { session_id: id, auth: ids };
+            if self.local_sessions() {
+                // ZooKeeper's local session: this member only, no log entry (see `upgrade`).
+                self.0.sessions.create_local(id, timeout, passwd.clone());
+                metrics::counter!("warden_sessions_created").increment(1);
+                return Connected::Established(
+                    Session { id, passwd, timeout, resumed: false, read_only: false },
+                    caller,
+                );
+            }
             let txn =
                 self.txn(&caller, TxnOp::CreateSession { session_id: id, timeout_ms: timeout, passwd: passwd.clone() });
             return match self.propose(txn).await {
@@ -102,8 +111,10 @@ impl Dispatcher {
         }
         // A follower revalidates a resumed session with the leader first (ZooKeeper's
         // `Learner.validateSession`): it may not have applied yet the expiry (or, the other
-        // way, the creation) of a session a client brings from another member.
-        if !self.0.raft.options().standalone && !self.0.raft.is_leader() {
+        // way, the creation) of a session a client brings from another member. A local
+        // session is this member's alone.
+        let local = self.0.sessions.is_local(req.session_id);
+        if !local && !self.0.raft.options().standalone && !self.0.raft.is_leader() {
             match self.validate_with_leader(req.session_id).await {
                 Ok(true) => {}
                 Ok(false) => return Connected::Expired,
@@ -114,7 +125,7 @@ impl Dispatcher {
             }
         }
         let resumed = self.resume(req, ids, timeout, false);
-        if matches!(resumed, Connected::Established(..)) && self.0.raft.is_leader() {
+        if !local && matches!(resumed, Connected::Established(..)) && self.0.raft.is_leader() {
             // The session is this member's now (a follower's revalidation says the same).
             self.0.sessions.moved_to(req.session_id, self.0.raft.id());
         }
@@ -131,6 +142,7 @@ impl Dispatcher {
         read_only: bool,
     ) -> Connected {
         let known = self.0.shared.read().session(req.session_id).map(|s| s.passwd.clone());
+        let known = known.or_else(|| self.0.sessions.local_session(req.session_id).map(|(_, pw)| pw));
         match known {
             Some(pw) if pw == req.passwd => {
                 let caller = Caller { session_id: req.session_id, auth: ids };
@@ -304,6 +316,37 @@ impl Dispatcher {
     pub fn authenticated_enough(&self, caller: &Caller) -> bool {
         let schemes = &self.0.config.enforce_auth_schemes;
         schemes.is_empty() || caller.auth.iter().any(|i| schemes.contains(&i.scheme))
+    }
+
+    /// Whether new sessions start local (`localSessionsEnabled`, on an ensemble member: a
+    /// standalone ZooKeeper has no local sessions).
+    pub fn local_sessions(&self) -> bool {
+        self.0.config.local_sessions && !self.0.raft.options().standalone
+    }
+
+    /// Makes the local `session` global before a write that needs it (an ephemeral's owner
+    /// must be in the replicated table): its `CreateSession` through the log, as ZooKeeper's
+    /// `checkUpgradeSession` does. One at a time; a session already upgraded passes.
+    pub(super) async fn upgrade(&self, session: i64) -> Result<(), ErrorCode> {
+        let _one = self.0.upgrades.lock().await;
+        let Some((timeout_ms, passwd)) = self.0.sessions.local_session(session) else { return Ok(()) };
+        let txn = Txn {
+            session_id: session,
+            time_ms: crate::clock::now_ms(),
+            auth: Default::default(),
+            op: TxnOp::CreateSession { session_id: session, timeout_ms, passwd },
+        };
+        match self.propose(txn).await {
+            Ok(r) if r.outcome.is_ok() => {
+                self.0.sessions.make_global(session);
+                tracing::debug!(session = format_args!("{session:#x}"), "local session upgraded to global");
+                Ok(())
+            }
+            other => {
+                tracing::warn!(session = format_args!("{session:#x}"), ?other, "local session upgrade failed");
+                Err(ErrorCode::ConnectionLoss)
+            }
+        }
     }
 
     /// The admin `restore`: checks that `snapshot` (a ZooKeeper snapshot file's bytes) reads

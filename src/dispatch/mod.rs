@@ -84,6 +84,8 @@ struct Parts {
     sync_rounds: std::sync::Mutex<SyncRounds>,
     /// Held while this leader runs a reconfig (one at a time: ReconfigInProgress).
     reconfig_lock: tokio::sync::Mutex<()>,
+    /// Held while a local session becomes global (`Dispatcher::upgrade`).
+    upgrades: tokio::sync::Mutex<()>,
 }
 
 /// Callers waiting for the next shared `sync` round, and whether one runs.
@@ -126,6 +128,7 @@ impl Dispatcher {
             zookeeper_zxid: p.zookeeper_zxid,
             sync_rounds: Default::default(),
             reconfig_lock: Default::default(),
+            upgrades: Default::default(),
         }))
     }
 

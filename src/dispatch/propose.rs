@@ -337,6 +337,11 @@ impl super::Dispatcher {
     /// ([`super::Dispatcher::read_after`]).
     pub async fn write(&self, write: super::Write, committed_is_enough: bool) -> super::Reply {
         let super::Write { txn, op, path_only } = write;
+        if self.0.config.local_sessions && self.0.sessions.is_local(txn.session_id) {
+            if let Some(reply) = self.local_session_write(&txn).await {
+                return reply;
+            }
+        }
         let quota_paths = quota_namespaces(&txn);
         let audit = if crate::audit::enabled() {
             let ip = txn.auth.iter().find(|a| a.scheme == "ip").map(|a| a.id.clone());
@@ -369,6 +374,44 @@ impl super::Dispatcher {
 }
 
 impl super::Dispatcher {
+    /// A write of a local session, before it is proposed: its close ends it here (no log
+    /// entry); an ephemeral create (alone or in a multi) first makes it global, or with
+    /// upgrading off a lone one fails with EphemeralOnLocalSession (ZooKeeper's
+    /// `checkUpgradeSession` and `FinalRequestProcessor`). `None` to go on.
+    async fn local_session_write(&self, txn: &Txn) -> Option<super::Reply> {
+        fn ephemeral(op: &TxnOp) -> bool {
+            match op {
+                TxnOp::Create(c) => jute::CreateMode::try_from(c.flags).is_ok_and(|m| m.is_ephemeral()),
+                TxnOp::Multi(ops) => ops.iter().any(ephemeral),
+                TxnOp::QuotaEnforced(op) => ephemeral(op),
+                _ => false,
+            }
+        }
+        if let TxnOp::CloseSession { session_id } = txn.op {
+            self.0.sessions.close_local(session_id);
+            return Some(super::Reply::ok(self.last_zxid()));
+        }
+        if !ephemeral(&txn.op) {
+            return None;
+        }
+        if !self.0.config.local_sessions_upgrading {
+            // ZooKeeper answers a create so; a multi goes on, and its ephemeral create fails
+            // in apply with SessionExpired (the session is in no replicated table), as there.
+            let mut op = &txn.op;
+            if let TxnOp::QuotaEnforced(inner) = op {
+                op = inner;
+            }
+            if matches!(op, TxnOp::Multi(_)) {
+                return None;
+            }
+            return Some(super::Reply::error(self.last_zxid(), jute::ErrorCode::EphemeralOnLocalSession));
+        }
+        match self.upgrade(txn.session_id).await {
+            Ok(()) => None,
+            Err(code) => Some(super::Reply::error(self.last_zxid(), code)),
+        }
+    }
+
     /// On the leader: the SessionMoved answer for a write that came from `member`'s
     /// connection of a session another member now serves (ZooKeeper's
     /// `SessionTracker.checkSession` with the request's owner); `None` to go on. A session

@@ -48,6 +48,9 @@ pub struct SessionTracker {
     /// refused with SessionMoved. In memory only, as in ZooKeeper: a new leader learns each
     /// session's member from its next write or reconnect.
     members: Mutex<HashMap<i64, u64>>,
+    /// Local sessions (`localSessionsEnabled`): on this member only, never in the log, with
+    /// their timeout and password, until they end or become global ([`SessionTracker::make_global`]).
+    local: Mutex<HashMap<i64, (i32, bytes::Bytes)>>,
 }
 
 impl SessionTracker {
@@ -62,6 +65,7 @@ impl SessionTracker {
             counter: AtomicI64::new(base),
             server_id,
             members: Mutex::new(HashMap::new()),
+            local: Mutex::new(HashMap::new()),
         }
     }
 
@@ -123,9 +127,10 @@ impl SessionTracker {
     /// these to the leader, which alone expires sessions; a connected but silent client is not
     /// in the list, so its session expires as in ZooKeeper.
     pub fn take_touched(&self) -> Vec<i64> {
-        std::mem::take(&mut *self.touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-            .into_iter()
-            .collect()
+        let touched = std::mem::take(&mut *self.touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let local = self.local();
+        // Local sessions are this member's business alone.
+        touched.into_iter().filter(|id| !local.contains_key(id)).collect()
     }
 
     /// A new leader gives every session a fresh timeout plus `slack` before expiring any (the
@@ -137,6 +142,72 @@ impl SessionTracker {
             l.deadline = now + l.timeout + slack;
             l.closing = false;
         }
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (i32, bytes::Bytes)>> {
+        self.local.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts a local session (ZooKeeper's `LocalSessionTracker`).
+    pub fn create_local(&self, session: i64, timeout_ms: i32, passwd: bytes::Bytes) {
+        self.local().insert(session, (timeout_ms, passwd));
+    }
+
+    /// A local session's timeout and password.
+    pub fn local_session(&self, session: i64) -> Option<(i32, bytes::Bytes)> {
+        self.local().get(&session).cloned()
+    }
+
+    pub fn is_local(&self, session: i64) -> bool {
+        self.local().contains_key(&session)
+    }
+
+    /// The local session is global now (its `CreateSession` was applied).
+    pub fn make_global(&self, session: i64) {
+        self.local().remove(&session);
+    }
+
+    /// Ends a local session (its client closed it); whether it was one.
+    pub fn close_local(&self, session: i64) -> bool {
+        let was = self.local().remove(&session).is_some();
+        if was {
+            self.lock().remove(&session);
+        }
+        was
+    }
+
+    /// The local sessions' ids and timeouts.
+    pub fn local_sessions(&self) -> Vec<(i64, i32)> {
+        self.local().iter().map(|(id, (t, _))| (*id, *t)).collect()
+    }
+
+    /// Local sessions past their timeout: forgotten here (they hold no ephemerals), their
+    /// connections told to close. Each member expires its own (`LocalSessionTracker`).
+    pub fn expire_local(&self) -> Vec<i64> {
+        let now = Instant::now();
+        // Lock order: the sessions, then the local table (as `expired`).
+        let mut map = self.lock();
+        let mut local = self.local();
+        let gone: Vec<i64> = local
+            .iter()
+            .filter(|(id, (timeout_ms, _))| match map.get(*id) {
+                Some(l) => l.deadline <= now,
+                // Never attached (a handshake that did not finish): a fresh timeout from now.
+                None => {
+                    let timeout = Duration::from_millis((*timeout_ms).max(1) as u64);
+                    map.insert(**id, Local { timeout, deadline: now + timeout, owner: None, closing: false });
+                    false
+                }
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &gone {
+            local.remove(id);
+            if let Some(Local { owner: Some((_, close)), .. }) = map.remove(id) {
+                let _ = close.send(());
+            }
+        }
+        gone
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, HashMap<i64, u64>> {
@@ -189,7 +260,8 @@ impl SessionTracker {
                 out.push(id);
             }
         }
-        map.retain(|id, l| present.contains(id) || l.owner.is_some());
+        let local = self.local();
+        map.retain(|id, l| present.contains(id) || l.owner.is_some() || local.contains_key(id));
         out
     }
 
@@ -285,6 +357,21 @@ pub async fn expire(
     }
 }
 
+/// Expires this member's local sessions (`localSessionsEnabled`); every member runs it.
+pub async fn expire_local(tracker: Arc<SessionTracker>, tick_ms: u32, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(period(tick_ms));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        for id in tracker.expire_local() {
+            metrics::counter!("warden_sessions_expired").increment(1);
+            tracing::info!(session = format_args!("{id:#x}"), "local session expired");
+        }
+    }
+}
+
 /// A follower tells the leader which sessions it heard from (pings are answered locally).
 pub async fn send_touches(
     raft: Raft,
@@ -307,5 +394,37 @@ pub async fn send_touches(
         if let Err(e) = peers.client(leader, &addr).call(PeerRequest::Touch(touched), Duration::from_secs(2)).await {
             tracing::debug!(error = %e, "session touches not delivered");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A local session lives in its member's table alone: its touches are not sent to the
+    /// leader, the leader's expirer keeps it while disconnected, and it expires here after
+    /// its timeout, its connection told to close.
+    #[test]
+    fn local_sessions_expire_here() {
+        let t = SessionTracker::new(1);
+        let (local, global) = (t.next_id(), t.next_id());
+        t.create_local(local, 20, bytes::Bytes::from_static(b"pw"));
+        let (close, closed) = oneshot::channel();
+        t.attach(local, 20, 7, close);
+        t.touch(local);
+        t.touch(global);
+        assert_eq!(t.take_touched(), vec![global]);
+        t.detach(local, 7);
+        assert!(t.expired(std::iter::empty()).is_empty());
+        assert!(t.expire_local().is_empty(), "not yet");
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(t.expire_local(), vec![local]);
+        assert!(!t.is_local(local));
+        drop(closed);
+        // A local session that becomes global leaves the local table.
+        let up = t.next_id();
+        t.create_local(up, 1000, bytes::Bytes::new());
+        t.make_global(up);
+        assert!(t.local_sessions().is_empty());
     }
 }
