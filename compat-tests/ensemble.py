@@ -29,6 +29,7 @@ API (indices are 0-based; member i has myid i+1):
   ens.add_member(extra_cfg=None) -> i   one more member (myid i+1) on new ports, not started: its
                        zoo.cfg holds the others' server.N lines and its own; the caller gives it its
                        membership (e.g. a dynamic file) and starts it with ens.start(i)
+  ens.per_member(key, values)   zoo.cfg `key`=values[i] on member i, before start (own ports)
   ens.close()          SIGKILL everything, remove temp dirs
 
 Fixtures (re-exported by conftest.py): `ensemble3` (function scope),
@@ -161,6 +162,14 @@ class Ensemble:
             raise
         self.hostports = [m.hostport for m in self.members]
         self.connect_string = ",".join(self.hostports)
+
+    def per_member(self, key: str, values: list) -> "Ensemble":
+        """Sets zoo.cfg `key` to values[i] on member i, before they start (each its own admin or
+        metrics port)."""
+        for m, v in zip(self.members, values):
+            m.extra_cfg[key] = str(v)
+            m._write_config()
+        return self
 
     def add_member(self, extra_cfg: dict[str, object] | None = None) -> int:
         """Append member n+1 (index n) on three new free ports, not started; return its index.

@@ -240,10 +240,7 @@ def test_restore_reaches_every_member(tmp_path):
                                                       "admin.serverAddress": "127.0.0.1",
                                                       "admin.rateLimiterIntervalInMS": "0"})
     try:
-        for i, m in enumerate(ens.members):
-            m.extra_cfg["admin.serverPort"] = str(ports[i])
-            m._write_config()
-        ens.start()
+        ens.per_member("admin.serverPort", ports).start()
         leader = ens.leader()
         follower = next(i for i in range(3) if i != leader)
         zk = kazoo(ens.connect_string)

@@ -493,10 +493,7 @@ def test_leader_voting_view_and_zabstate_on_an_ensemble():
     ens = ensemble.Ensemble(3, name="admin-ens", extra_cfg={"admin.enableServer": "true",
                                                             "admin.serverAddress": "127.0.0.1"})
     try:
-        for i, m in enumerate(ens.members):
-            m.extra_cfg["admin.serverPort"] = str(ports[i])
-            m._write_config()
-        ens.start()
+        ens.per_member("admin.serverPort", ports).start()
         leader = ens.leader()
         for i in range(3):
             base = f"http://127.0.0.1:{ports[i]}/commands"

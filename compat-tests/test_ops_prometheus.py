@@ -256,10 +256,7 @@ def test_dashboard_queries_and_alert_rules():
         "metricsProvider.httpHost": "127.0.0.1"})
     prom = None
     try:
-        for i, m in enumerate(ens.members):
-            m.extra_cfg["metricsProvider.httpPort"] = str(ports[i])
-            m._write_config()
-        ens.start()
+        ens.per_member("metricsProvider.httpPort", ports).start()
         zk = KazooClient(ens.connect_string)
         zk.start()
         zk.create("/dash")

@@ -220,22 +220,7 @@ pub fn users(auth: &[AuthId]) -> Option<String> {
 /// `ZKUtil.aclToString`: `scheme:id:perms` per entry, with no separator between entries
 /// (ZooKeeper's own rendering).
 fn acl_string(acl: &[AclEntry]) -> String {
-    let mut out = String::new();
-    for a in acl {
-        out.push_str(&format!("{}:{}:", a.id.scheme, a.id.id));
-        for (bit, c) in [
-            (jute::perms::CREATE, 'c'),
-            (jute::perms::DELETE, 'd'),
-            (jute::perms::READ, 'r'),
-            (jute::perms::WRITE, 'w'),
-            (jute::perms::ADMIN, 'a'),
-        ] {
-            if a.perms & bit != 0 {
-                out.push(c);
-            }
-        }
-    }
-    out
+    acl.iter().map(|a| format!("{}:{}:{}", a.id.scheme, a.id.id, jute::perms::letters(a.perms))).collect()
 }
 
 /// `CreateMode.toString().toLowerCase()`.

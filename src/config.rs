@@ -780,6 +780,7 @@ impl Config {
         let mut server_section = "QuorumServer".to_owned();
         let mut remove_realm_from_principal = false;
         let mut enforce_quota = None;
+        let mut service_principal: Option<String> = None;
         let mut audit_enable = None;
         let mut audit_file = None;
         for (raw_key, value) in props {
@@ -972,13 +973,16 @@ impl Config {
                 "quorum.auth.serverRequireSasl" => server_require = parse_bool(raw_key, value)?,
                 "quorum.auth.learner.saslLoginContext" => learner_section = value.trim().to_owned(),
                 "quorum.auth.server.saslLoginContext" => server_section = value.trim().to_owned(),
-                "quorum.auth.kerberos.servicePrincipal" | "quorum.auth.kerberos.servicePrincipal.canonicalize" => {
-                    return Err(bad(
-                        raw_key,
-                        value,
-                        "Kerberos between members is not supported; use DIGEST-MD5 \
-                        (QuorumServer/QuorumLearner DigestLoginModule sections) or sslQuorum",
-                    ));
+                "quorum.auth.kerberos.servicePrincipal" => service_principal = Some(value.trim().to_owned()),
+                "quorum.auth.kerberos.servicePrincipal.canonicalize" => {
+                    if parse_bool(raw_key, value)? {
+                        return Err(bad(
+                            raw_key,
+                            value,
+                            "Warden does not look host names up; write the host in \
+                             quorum.auth.kerberos.servicePrincipal (or _HOST, the server.N host)",
+                        ));
+                    }
                 }
                 "readonlymode.enabled" => c.readonly_mode = parse_bool(raw_key, value)?,
                 "quorum.cnxn.threads.size" => {
@@ -1115,6 +1119,25 @@ impl Config {
                 learner_require,
             )
             .map_err(|why| bad("quorum.auth.enableSasl", "true", why))?;
+            let mut q = q;
+            if let Some(p) = service_principal {
+                q.service_principal = p;
+            }
+            // One process reads one acceptor keytab (KRB5_KTNAME).
+            if let (Some(a), Some(b)) = (c.sasl.as_ref().and_then(|s| s.kerberos()), q.server.kerberos()) {
+                if a.keytab != b.keytab {
+                    return Err(bad(
+                        "quorum.auth.enableSasl",
+                        "true",
+                        format!(
+                            "the Server and QuorumServer sections name two keytabs ({} and {}); put both principals' \
+                             keys in one keytab",
+                            a.keytab.display(),
+                            b.keytab.display()
+                        ),
+                    ));
+                }
+            }
             c.quorum_sasl = Some(q);
         }
         // AuthenticationHelper: sessionRequireClientSASLAuth wins and means "sasl"; otherwise
@@ -1159,6 +1182,9 @@ impl Config {
             // ZooKeeper takes the version from the file's name (`.dynamic.<hex>`), 0 without.
             c.config_version =
                 file.rsplit_once(".dynamic.").and_then(|(_, v)| i64::from_str_radix(v, 16).ok()).unwrap_or(0);
+        }
+        if let Some(q) = c.quorum_sasl.as_mut() {
+            q.member_hosts = c.servers.values().map(|s| s.host.clone()).collect();
         }
         if !data_log_set {
             c.data_log_dir = c.data_dir.clone();

@@ -204,6 +204,23 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     }
+    #[cfg(feature = "kerberos")]
+    if let Some(q) = config.quorum_sasl.as_mut() {
+        // Members' Kerberos: the QuorumServer keytab as the acceptor's (unless the Server
+        // section set it: config checks they are one), the QuorumLearner keytab as the client
+        // keytab MIT Kerberos takes tickets with, kept in memory; set while one thread runs.
+        if let (Some(k), None) = (q.server.kerberos(), std::env::var_os("KRB5_KTNAME")) {
+            std::env::set_var("KRB5_KTNAME", format!("FILE:{}", k.keytab.display()));
+        }
+        if let Some(kt) = q.learner_keytab() {
+            std::env::set_var("KRB5_CLIENT_KTNAME", format!("FILE:{}", kt.display()));
+            std::env::set_var("KRB5CCNAME", "MEMORY:warden-quorum");
+        }
+        if let Err(e) = q.load_kerberos() {
+            eprintln!("warden: configuration error: quorum.auth.enableSasl: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
     if config.admin_enable && config.admin_https() {
         if let Err(e) = warden::tls::server_config(&config.admin_tls()) {
             eprintln!("warden: configuration error: {e}");

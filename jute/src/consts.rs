@@ -267,6 +267,15 @@ pub mod perms {
     pub const ADMIN: i32 = 16;
     /// Every permission.
     pub const ALL: i32 = READ | WRITE | CREATE | DELETE | ADMIN;
+
+    /// The bits as ZooKeeper writes them (`ZKUtil.getPermString`, zkCli's `cdrwa`).
+    pub fn letters(perms: i32) -> String {
+        [(CREATE, 'c'), (DELETE, 'd'), (READ, 'r'), (WRITE, 'w'), (ADMIN, 'a')]
+            .iter()
+            .filter(|(bit, _)| perms & bit != 0)
+            .map(|(_, c)| *c)
+            .collect()
+    }
 }
 
 #[cfg(test)]

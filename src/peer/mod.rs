@@ -222,6 +222,14 @@ impl<'a> Gate<'a> {
                         Verdict::Answer(PeerResponse::Sasl(Ok(SaslAnswer::Challenge(c))))
                     }
                     Ok(crate::sasl::Step::Done { reply, authorized }) => {
+                        let gssapi = self.exchange.as_ref().is_some_and(|e| e.is_gssapi());
+                        if gssapi && !sasl.member_principal(&authorized) {
+                            let why = format!(
+                                "{authorized} is not authorized to connect: not <service>/<member host>@REALM \
+                                 for a host of the server.N lines"
+                            );
+                            return Verdict::Refuse(Some(PeerResponse::Sasl(Err(why.clone()))), format!("SASL: {why}"));
+                        }
                         tracing::debug!(member = authorized.as_str(), "peer authenticated (SASL)");
                         self.authenticated = Some(authorized);
                         Verdict::Answer(PeerResponse::Sasl(Ok(SaslAnswer::Done(reply.unwrap_or_default()))))
@@ -250,9 +258,10 @@ async fn authenticate(
     let failed = |why: String| PeerError::Connect(addr.to_owned(), why);
     let mut reader = FramedRead::new(r, codec());
     let mut writer: Writer = FramedWrite::new(w, codec());
-    let mut client = sasl.learner();
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+    let mut client = sasl.learner(host).map_err(|e| failed(format!("SASL: {e}")))?;
     let exchange = async {
-        let mut token = Vec::new();
+        let mut token = client.first().map_err(|e| failed(format!("SASL: {e}")))?;
         loop {
             let frame =
                 postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id: 0, body: PeerRequest::Sasl(token) })

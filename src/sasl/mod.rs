@@ -265,18 +265,59 @@ pub fn has_section(path: &Path, name: &str) -> bool {
     jaas::read(path).is_ok_and(|j| j.section(name).is_some())
 }
 
-/// Members authenticating each other with DIGEST-MD5 (ZooKeeper's `quorum.auth.*`): the
-/// users a member accepts (JAAS `QuorumServer` section, `user_<name>` options) and the name
-/// and password it presents (`QuorumLearner` section, `username` and `password`).
+/// Members authenticating each other (ZooKeeper's `quorum.auth.*`) with DIGEST-MD5 or
+/// Kerberos: what a member accepts (JAAS `QuorumServer` section: `user_<name>` options, or a
+/// Krb5LoginModule keytab and principal) and what it presents (`QuorumLearner` section:
+/// `username` and `password`, or a keytab and principal).
 #[derive(Debug, Clone)]
 pub struct QuorumSasl {
     pub server: SaslServer,
-    pub learner_user: String,
-    pub learner_password: Password,
+    /// How this member presents itself to another (`QuorumLearner`).
+    pub learner: LearnerIdentity,
+    /// `quorum.auth.kerberos.servicePrincipal` (default `zkquorum/localhost`): the principal a
+    /// Kerberos learner asks a ticket for; `_HOST` becomes the other member's host.
+    pub service_principal: String,
     /// `quorum.auth.serverRequireSasl`: a member that does not authenticate is refused.
     pub server_require: bool,
     /// `quorum.auth.learnerRequireSasl`: never talk to a member that does not take SASL.
     pub learner_require: bool,
+    /// The hosts of the `server.N` lines: a member authenticating with Kerberos must be
+    /// `<service>/<one of them>@REALM` (ZooKeeper's `SaslQuorumServerCallbackHandler`).
+    pub member_hosts: std::collections::BTreeSet<String>,
+}
+
+impl QuorumSasl {
+    /// Whether a member that authenticated with Kerberos as `principal` is one of the
+    /// ensemble's. ZooKeeper checks the host of a three-part principal against the members'
+    /// hosts and lets a two-part one (`user@REALM`) through, so any user of the realm could
+    /// join; Warden takes only three-part principals with a member's host.
+    pub fn member_principal(&self, principal: &str) -> bool {
+        let parts: Vec<&str> = principal.split(['/', '@']).collect();
+        parts.len() == 3 && self.member_hosts.contains(parts[1])
+    }
+}
+
+/// A member's `QuorumLearner` identity.
+#[derive(Clone)]
+pub enum LearnerIdentity {
+    /// DigestLoginModule's `username` and `password`.
+    Digest { user: String, password: Password },
+    /// Krb5LoginModule's `principal` and `keyTab`; the initiator credentials once loaded.
+    Kerberos {
+        principal: String,
+        keytab: std::path::PathBuf,
+        #[cfg(feature = "kerberos")]
+        cred: Option<libgssapi::credential::Cred>,
+    },
+}
+
+impl std::fmt::Debug for LearnerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LearnerIdentity::Digest { user, .. } => write!(f, "Digest({user})"),
+            LearnerIdentity::Kerberos { principal, .. } => write!(f, "Kerberos({principal})"),
+        }
+    }
 }
 
 impl QuorumSasl {
@@ -290,41 +331,137 @@ impl QuorumSasl {
     ) -> Result<QuorumSasl, String> {
         let jaas = jaas::read(path)?;
         let server = SaslServer::from_jaas(path, &jaas, server_section, NameRules::default())?;
-        if server.kerberos.is_some() || server.users.is_empty() {
-            return Err(format!(
-                "{}: section {server_section}: between members only DigestLoginModule (user_<name>=\"<password>\") \
-                 is supported",
-                path.display()
-            ));
-        }
         let modules = jaas
             .section(learner_section)
             .ok_or_else(|| format!("{} has no section named {learner_section}", path.display()))?;
-        let digest = modules.iter().find(|m| m.class == DIGEST_LOGIN_MODULE).ok_or_else(|| {
-            format!(
-                "{}: section {learner_section}: between members only DigestLoginModule (username, password) is supported",
+        let module =
+            modules.first().ok_or_else(|| format!("{}: section {learner_section} is empty", path.display()))?;
+        let opt =
+            |k: &str| module.options.iter().find(|(o, _)| o == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+        let need = |k: &str| {
+            opt(k).ok_or_else(|| format!("{}: section {learner_section}: {} needs {k}", path.display(), module.class))
+        };
+        let learner = match module.class.as_str() {
+            DIGEST_LOGIN_MODULE => {
+                LearnerIdentity::Digest { user: need("username")?, password: Password::new(need("password")?) }
+            }
+            KRB5_LOGIN_MODULE if cfg!(feature = "kerberos") => {
+                if opt("useKeyTab").is_some_and(|v| !v.eq_ignore_ascii_case("true")) {
+                    return Err(format!(
+                        "{}: section {learner_section}: a member's Krb5LoginModule must use a keytab (useKeyTab=true)",
+                        path.display()
+                    ));
+                }
+                LearnerIdentity::Kerberos {
+                    principal: need("principal")?,
+                    keytab: std::path::PathBuf::from(need("keyTab")?),
+                    #[cfg(feature = "kerberos")]
+                    cred: None,
+                }
+            }
+            KRB5_LOGIN_MODULE => return Err(format!(
+                "{}: section {learner_section} uses Kerberos (Krb5LoginModule) and this Warden was built without it \
+                     (cargo build --features kerberos); refusing to start rather than run without it",
                 path.display()
-            )
-        })?;
-        let opt = |k: &str| digest.options.iter().find(|(o, _)| o == k).map(|(_, v)| v.clone());
-        let learner_user = opt("username").ok_or_else(|| {
-            format!("{}: section {learner_section}: DigestLoginModule needs username", path.display())
-        })?;
-        let learner_password = opt("password").ok_or_else(|| {
-            format!("{}: section {learner_section}: DigestLoginModule needs password", path.display())
-        })?;
+            )),
+            other => {
+                return Err(format!(
+                    "{}: section {learner_section}: login module {other} is not supported",
+                    path.display()
+                ))
+            }
+        };
         Ok(QuorumSasl {
             server,
-            learner_user,
-            learner_password: Password::new(learner_password),
+            learner,
+            service_principal: "zkquorum/localhost".to_owned(),
             server_require,
             learner_require,
+            member_hosts: Default::default(),
         })
     }
 
-    /// A client exchange, as this member presents itself to another.
-    pub fn learner(&self) -> digest_md5::DigestClient {
-        digest_md5::DigestClient::new(self.learner_user.clone(), self.learner_password.clone())
+    /// The keytab a Kerberos learner takes its ticket with, if it is one.
+    pub fn learner_keytab(&self) -> Option<&Path> {
+        match &self.learner {
+            LearnerIdentity::Kerberos { keytab, .. } => Some(keytab),
+            LearnerIdentity::Digest { .. } => None,
+        }
+    }
+
+    /// Loads both Kerberos identities (the acceptor's keys, the learner's ticket), so that a
+    /// keytab that does not work stops start-up. The process must already be pointed at
+    /// the keytabs (`KRB5_KTNAME`, `KRB5_CLIENT_KTNAME`).
+    #[cfg(feature = "kerberos")]
+    pub fn load_kerberos(&mut self) -> Result<(), String> {
+        self.server.load_kerberos()?;
+        if let LearnerIdentity::Kerberos { principal, keytab, cred } = &mut self.learner {
+            if let Err(e) = std::fs::File::open(&*keytab) {
+                return Err(format!("keyTab {}: {e}", keytab.display()));
+            }
+            *cred = Some(gssapi::initiator(principal)?);
+        }
+        Ok(())
+    }
+
+    /// A client exchange, as this member presents itself to the member at `host`.
+    pub fn learner(&self, host: &str) -> Result<LearnerClient, SaslError> {
+        match &self.learner {
+            LearnerIdentity::Digest { user, password } => {
+                Ok(LearnerClient::Digest(digest_md5::DigestClient::new(user.clone(), password.clone())))
+            }
+            #[cfg(feature = "kerberos")]
+            LearnerIdentity::Kerberos { cred, principal, .. } => {
+                let cred = match cred {
+                    Some(c) => c.clone(),
+                    None => gssapi::initiator(principal).map_err(SaslError::Failed)?,
+                };
+                let target = self.service_principal.replace("_HOST", host);
+                Ok(LearnerClient::Gssapi(Box::new(gssapi::GssClient::new(cred, &target)?)))
+            }
+            #[cfg(not(feature = "kerberos"))]
+            LearnerIdentity::Kerberos { .. } => {
+                let _ = host;
+                Err(SaslError::Failed("this Warden was built without Kerberos".into()))
+            }
+        }
+    }
+}
+
+/// A member's side of an exchange with another member.
+pub enum LearnerClient {
+    Digest(digest_md5::DigestClient),
+    #[cfg(feature = "kerberos")]
+    Gssapi(Box<gssapi::GssClient>),
+}
+
+impl LearnerClient {
+    /// The first token (empty for DIGEST-MD5, the first context token for GSSAPI).
+    pub fn first(&mut self) -> Result<Vec<u8>, SaslError> {
+        match self {
+            LearnerClient::Digest(_) => Ok(Vec::new()),
+            #[cfg(feature = "kerberos")]
+            LearnerClient::Gssapi(g) => g.first(),
+        }
+    }
+
+    /// Answers the other member's challenge.
+    pub fn respond(&mut self, challenge: &[u8]) -> Result<Vec<u8>, SaslError> {
+        match self {
+            LearnerClient::Digest(d) => d.respond(challenge),
+            #[cfg(feature = "kerberos")]
+            LearnerClient::Gssapi(g) => g.respond(challenge),
+        }
+    }
+
+    /// Checks the other member's last token (DIGEST-MD5's `rspauth`; GSSAPI's mutual
+    /// authentication was in the context).
+    pub fn verify(&self, last: &[u8]) -> Result<(), SaslError> {
+        match self {
+            LearnerClient::Digest(d) => d.verify(last),
+            #[cfg(feature = "kerberos")]
+            LearnerClient::Gssapi(_) => Ok(()),
+        }
     }
 }
 
@@ -372,6 +509,15 @@ impl Conversation {
             Some(cred) => Ok(Mech::Gssapi(Box::new(gssapi::Gssapi::new(cred.clone())))),
             None => Err(SaslError::Protocol("this server has no Kerberos identity (GSSAPI)".into())),
         }
+    }
+
+    /// Whether the exchange is Kerberos (GSSAPI).
+    pub fn is_gssapi(&self) -> bool {
+        #[cfg(feature = "kerberos")]
+        if let Mech::Gssapi(_) = self.mech {
+            return true;
+        }
+        false
     }
 
     #[cfg(not(feature = "kerberos"))]

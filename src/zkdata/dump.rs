@@ -98,24 +98,9 @@ fn acl_json(acl: &[Acl]) -> serde_json::Value {
 
 fn acl_text(acl: &[Acl]) -> String {
     acl.iter()
-        .map(|a| format!("{}:{}:{}", a.id.scheme, a.id.id.as_deref().unwrap_or(""), perms(a.perms)))
+        .map(|a| format!("{}:{}:{}", a.id.scheme, a.id.id.as_deref().unwrap_or(""), jute::perms::letters(a.perms)))
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Permission bits as zkCli prints them (`cdrwa`).
-fn perms(p: i32) -> String {
-    [
-        (jute::perms::CREATE, 'c'),
-        (jute::perms::DELETE, 'd'),
-        (jute::perms::READ, 'r'),
-        (jute::perms::WRITE, 'w'),
-        (jute::perms::ADMIN, 'a'),
-    ]
-    .iter()
-    .filter(|(bit, _)| p & bit != 0)
-    .map(|(_, c)| *c)
-    .collect()
 }
 
 #[derive(Serialize)]
