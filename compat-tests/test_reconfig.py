@@ -414,3 +414,19 @@ def test_observer_added_and_removed(clients):
         assert servers == base and int(version, 16) > int(parse_config(data)[1], 16)
         for i in range(3):
             assert read_config(clients(ens.hostports[i]))[0] == removed, i
+
+
+def test_curator_ensemble_tracker_follows_a_reconfig():
+    """Curator's EnsembleTracker: a client given member 1 alone learns all three from
+    /zookeeper/config, removes member 1 with reconfig (as the super user), drops it from its
+    connection string and keeps writing through the other two."""
+    import subprocess
+
+    curator = os.path.join(os.path.dirname(os.path.abspath(__file__)), "curator")
+    built = subprocess.run([os.path.join(curator, "build.sh")], capture_output=True, text=True, timeout=170)
+    assert built.returncode == 0, built.stdout + built.stderr
+    with dynamic_ensemble("rc-curator") as ens:
+        proc = subprocess.run([os.path.join(curator, "run_ensemble.sh"), ",".join(ens.hostports), "ensemble_tracker"],
+                              capture_output=True, text=True, timeout=200)
+        out = proc.stdout + ("\n--- stderr ---\n" + proc.stderr if proc.stderr.strip() else "")
+        assert proc.returncode == 0 and "PASS ensemble_tracker:" in proc.stdout, out

@@ -43,6 +43,7 @@ public final class EnsembleCompat {
     static {
         TESTS.put("mutex", EnsembleCompat::testMutex);
         TESTS.put("leader_latch", EnsembleCompat::testLeaderLatch);
+        TESTS.put("ensemble_tracker", EnsembleCompat::testEnsembleTracker);
     }
 
     public static void main(String[] args) {
@@ -126,6 +127,52 @@ public final class EnsembleCompat {
             Thread.sleep(20);
         }
         return c.get();
+    }
+
+    /**
+     * Curator's EnsembleTracker follows a reconfig: a client given member 1 alone learns the
+     * others from /zookeeper/config, then (as the super user) removes member 1 with
+     * reconfig; its connection string drops member 1 and it goes on writing through the
+     * others. Needs reconfigEnabled=true and client addresses in the server lines.
+     */
+    static void testEnsembleTracker() throws Exception {
+        String first = hostports[0];
+        CuratorFramework c = CuratorFrameworkFactory.builder()
+                .connectString(first)
+                .ensembleTracker(true)
+                .authorization("digest", b(System.getProperty("warden.compat.super", "super:secret")))
+                .sessionTimeoutMs(15000)
+                .connectionTimeoutMs(10000)
+                .retryPolicy(new ExponentialBackoffRetry(100, 8))
+                .build();
+        clients.add(c);
+        c.start();
+        check(c.blockUntilConnected(20, TimeUnit.SECONDS), "connected to member 1 alone (" + first + ")");
+        boolean tracked = waitFor(20000, () -> {
+            String now = c.getZookeeperClient().getCurrentConnectionString();
+            for (String hp : hostports) if (!now.contains(hp)) return false;
+            return true;
+        });
+        info("connection string " + c.getZookeeperClient().getCurrentConnectionString());
+        check(tracked, "EnsembleTracker learned every member from /zookeeper/config");
+        c.create().creatingParentsIfNeeded().forPath(base + "/before", b("1"));
+        c.reconfig().leaving("1").forEnsemble();
+        boolean dropped = waitFor(30000, () -> !c.getZookeeperClient().getCurrentConnectionString().contains(first));
+        info("connection string " + c.getZookeeperClient().getCurrentConnectionString());
+        check(dropped, "the connection string no longer names the removed member");
+        boolean wrote = waitFor(60000, () -> {
+            try {
+                c.create().forPath(base + "/after", b("2"));
+                return true;
+            } catch (org.apache.zookeeper.KeeperException.NodeExistsException e) {
+                return true;
+            } catch (Exception e) {
+                return false;
+            }
+        });
+        check(wrote, "writes go on through the remaining members");
+        check(new String(c.getData().forPath(base + "/before"), StandardCharsets.UTF_8).equals("1"),
+              "the write from before the reconfig is there");
     }
 
     /**
