@@ -78,8 +78,8 @@ THROUGHPUT_WORKLOADS = [
     ("mixed 90/10", ["--workload", "mixed", "--read-ratio", "0.9"]),
 ]
 LATENCY_WORKLOADS = ["get", "create", "set"]
-ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory"]
-ENSEMBLE_PHASES = ["throughput", "latency"]  # the phases --ensemble supports
+ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues"]
+ENSEMBLE_PHASES = ["throughput", "latency", "bigvalues"]  # the phases --ensemble supports
 KINDS = ["zookeeper", "warden"]
 LABEL = {"zookeeper": "ZooKeeper", "warden": "Warden"}
 
@@ -1136,6 +1136,18 @@ def phase_throughput(opts, results):
     phase_pairs(opts, results, "throughput", rows)
 
 
+def phase_bigvalues(opts, results):
+    """Issue 43's big values: set and get of 512 KiB values, 16x8, 4 keys per client (so the
+    preload stays at 32 MiB); reported with the throughput rows."""
+    size = str(512 << 10)
+    rows = [
+        (f"{w} 512 KiB", ["--workload", w, "--clients", "16", "--inflight", "8", "--size", size, "--keys", "4",
+                          "--duration", str(opts.duration)])
+        for w in ("set", "get")
+    ]
+    phase_pairs(opts, results, "throughput", rows)
+
+
 def phase_latency(opts, results):
     rows = [
         (w, ["--workload", w, "--clients", "1", "--inflight", "1", "--size", "100", "--duration", str(opts.duration)])
@@ -1755,6 +1767,7 @@ def main(argv=None) -> int:
 
         phase_fns = {
             "throughput": phase_throughput,
+            "bigvalues": phase_bigvalues,
             "latency": phase_latency,
             "watch": phase_watch,
             "sessions": phase_sessions,
