@@ -78,7 +78,7 @@ THROUGHPUT_WORKLOADS = [
     ("mixed 90/10", ["--workload", "mixed", "--read-ratio", "0.9"]),
 ]
 LATENCY_WORKLOADS = ["get", "create", "set"]
-ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues"]
+ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues", "wideparent"]
 ENSEMBLE_PHASES = ["throughput", "latency", "bigvalues"]  # the phases --ensemble supports
 KINDS = ["zookeeper", "warden"]
 LABEL = {"zookeeper": "ZooKeeper", "warden": "Warden"}
@@ -699,7 +699,7 @@ def bench_problems(res: dict) -> str | None:
 # ---------------------------------------------------------------------------
 # A minimal jute client (raw wire protocol) for the loader and the restart probe
 # ---------------------------------------------------------------------------
-OP_CREATE, OP_GETDATA, OP_PING, OP_CLOSE = 1, 4, 11, -11
+OP_CREATE, OP_GETDATA, OP_GETCHILDREN, OP_PING, OP_CLOSE = 1, 4, 8, 11, -11
 OPEN_ACL = struct.pack(">iii", 1, 31, 5) + b"world" + struct.pack(">i", 6) + b"anyone"
 
 
@@ -1146,6 +1146,42 @@ def phase_bigvalues(opts, results):
         for w in ("set", "get")
     ]
     phase_pairs(opts, results, "throughput", rows)
+
+
+def phase_wideparent(opts, results, children: int = 100_000, calls: int = 200):
+    """Issue 43's wide parent: getChildren of one parent with 100,000 children (names ~6
+    bytes, empty data), one session, one call at a time: latency from the request to the
+    whole reply (read as one frame, not parsed), and the server's RSS growth over the calls."""
+    out = results.setdefault("wideparent", {"children": children, "calls": calls, "runs": {k: [] for k in KINDS}})
+    for r in range(opts.rounds):
+        for kind in KINDS:
+            log(f"wideparent: round {r + 1}/{opts.rounds} {LABEL[kind]} ({children:,} children)")
+            with Server(kind, opts, f"wide-{r}") as srv:
+                try:
+                    srv.start()
+                    loaded = load_znodes(srv.port, children, 0, opts.loader_conns, opts.loader_window, children)
+                    conn = JuteConn(srv.port, sock_timeout=60.0)
+                    payload = _jstr("/warden-mem/b0") + b"\0"
+                    for _ in range(20):  # warm-up
+                        conn.call(OP_GETCHILDREN, payload)
+                    rss0 = srv.rss()
+                    times = []
+                    size = 0
+                    for _ in range(calls):
+                        t0 = time.perf_counter()
+                        err, body = conn.call(OP_GETCHILDREN, payload)
+                        times.append((time.perf_counter() - t0) * 1000)
+                        if err != 0:
+                            raise RuntimeError(f"getChildren error {err}")
+                        size = len(body)
+                    conn.close()
+                    times.sort()
+                    res = {"p50_ms": times[len(times) // 2], "p99_ms": times[int(len(times) * 0.99) - 1],
+                           "reply_bytes": size, "loaded": loaded.get("ok"), "rss_growth": (srv.rss() or 0) - (rss0 or 0)}
+                except (OSError, RuntimeError, struct.error) as e:
+                    res = {"failed": repr(e)}
+                out["runs"][kind].append(res)
+                log(f"  {res}")
 
 
 def phase_latency(opts, results):
@@ -1621,6 +1657,22 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
         L.append(f"Warden/ZooKeeper last-event time, min / median / max: {fmt_stats3(s, 2)}")
         L.append("")
 
+    if "wideparent" in results:
+        w = results["wideparent"]
+        L.append(f"## getChildren of a parent with {w['children']:,} children ({w['calls']} calls, one at a time)")
+        L.append("")
+        L.append("| server | p50 ms per round | p99 ms per round | reply bytes | RSS growth over the calls |")
+        L.append("|---|---|---|---|---|")
+        for kind in KINDS:
+            runs = w["runs"][kind]
+            L.append(f"| {LABEL[kind]} | {raw_list(runs, 'p50_ms')} | {raw_list(runs, 'p99_ms')} | "
+                     f"{raw_list(runs, 'reply_bytes')} | {raw_list(runs, 'rss_growth')} |")
+        for field in ("p50_ms", "p99_ms"):
+            s = stats3(paired_ratios(w["runs"]["zookeeper"], w["runs"]["warden"], field))
+            L.append("")
+            L.append(f"Warden/ZooKeeper {field}, min / median / max: {fmt_stats3(s, 3)}")
+        L.append("")
+
     if meta.get("problems"):
         L.append("## Problems during the run")
         L.append("")
@@ -1768,6 +1820,7 @@ def main(argv=None) -> int:
         phase_fns = {
             "throughput": phase_throughput,
             "bigvalues": phase_bigvalues,
+            "wideparent": phase_wideparent,
             "latency": phase_latency,
             "watch": phase_watch,
             "sessions": phase_sessions,

@@ -359,11 +359,13 @@ impl QuorumSasl {
                     cred: None,
                 }
             }
-            KRB5_LOGIN_MODULE => return Err(format!(
+            KRB5_LOGIN_MODULE => {
+                return Err(format!(
                 "{}: section {learner_section} uses Kerberos (Krb5LoginModule) and this Warden was built without it \
                      (cargo build --features kerberos); refusing to start rather than run without it",
                 path.display()
-            )),
+            ))
+            }
             other => {
                 return Err(format!(
                     "{}: section {learner_section}: login module {other} is not supported",
