@@ -205,15 +205,7 @@ fn session_hex(id: i64) -> String {
 /// `AuthUtil.getUsers`: each identity's user name as its provider gives it (a digest id's user
 /// part; ip, sasl and x509 ids as they are; other schemes none), comma-separated.
 pub fn users(auth: &[AuthId]) -> Option<String> {
-    let names: Vec<&str> = auth
-        .iter()
-        .filter_map(|a| match a.scheme.as_str() {
-            "digest" => a.id.split(':').next(),
-            "ip" | "sasl" | "x509" => Some(a.id.as_str()),
-            _ => None,
-        })
-        .filter(|n| !n.trim().is_empty())
-        .collect();
+    let names: Vec<&str> = auth.iter().filter_map(AuthId::user_name).filter(|n| !n.trim().is_empty()).collect();
     (!names.is_empty()).then(|| names.join(","))
 }
 

@@ -274,11 +274,8 @@ impl Dispatcher {
                     .iter()
                     .map(|i| jute::ClientInfo {
                         auth_scheme: i.scheme.clone(),
-                        // DigestAuthenticationProvider.getUserName: the user part only.
-                        user: match i.scheme.as_str() {
-                            "digest" => i.id.split(':').next().unwrap_or("").to_owned(),
-                            _ => i.id.clone(),
-                        },
+                        // AuthUtil.getClientInfos: no provider, no user.
+                        user: i.user_name().unwrap_or("").to_owned(),
                     })
                     .collect(),
             }))),

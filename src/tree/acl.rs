@@ -17,6 +17,20 @@ pub struct AuthId {
     pub id: String,
 }
 
+impl AuthId {
+    /// The user this identity names, as its ZooKeeper authentication provider gives it
+    /// (`getUserName`): a digest id's user part, an ip, sasl or x509 id as it is; `None` for
+    /// a scheme with no provider (`super`), as `AuthUtil.getUser` answers null. whoAmI and
+    /// the audit log both show it.
+    pub fn user_name(&self) -> Option<&str> {
+        match self.scheme.as_str() {
+            "digest" => self.id.split(':').next(),
+            "ip" | "sasl" | "x509" => Some(self.id.as_str()),
+            _ => None,
+        }
+    }
+}
+
 /// A caller's identities, shared: every txn of a connection carries the same list, so a
 /// write takes a reference to it instead of a copy of each scheme and id.
 pub type AuthIds = std::sync::Arc<[AuthId]>;
