@@ -343,6 +343,8 @@ pub struct Config {
     pub quorum_tls: QuorumTlsConfig,
     /// Max concurrent connections per client IP; 0 = unlimited.
     pub max_client_cnxns: usize,
+    /// Overload protection: ZooKeeper's request and connection throttles.
+    pub throttle: ThrottleConfig,
     /// `clientPortListenBacklog` as written (-1 when unset, as ZooKeeper reports it); see
     /// [`Config::listen_backlog`].
     pub client_port_listen_backlog: i32,
@@ -507,6 +509,170 @@ impl Config {
     }
 }
 
+/// Overload protection, with ZooKeeper's keys and defaults. Each is read from zoo.cfg (with or
+/// without the `zookeeper.` prefix, as ZooKeeper turns unknown zoo.cfg keys into
+/// `zookeeper.<key>` JVM properties) or from `-Dzookeeper.<key>=` in
+/// `SERVER_JVMFLAGS`/`JVMFLAGS`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThrottleConfig {
+    /// `globalOutstandingLimit`: past this many requests in process server-wide, a connection
+    /// with a request of its own in process reads no more until the count drops.
+    pub global_outstanding_limit: usize,
+    /// `request_throttle_max_requests` (0: off): past this many requests in process, a request
+    /// read waits (`request_throttle_stall_time` ms between looks) before it is processed.
+    pub max_requests: usize,
+    pub stall_time_ms: u64,
+    /// `request_throttle_drop_stale`: a waiting request whose connection closed is dropped.
+    /// Always so here (the request dies with its connection); the key is read and checked.
+    pub drop_stale: bool,
+    /// `largeRequestThreshold` (-1: off) and `largeRequestMaxBytes`: a request above the
+    /// threshold that would take the large requests in process past the maximum closes its
+    /// connection, as in ZooKeeper.
+    pub large_request_threshold: i64,
+    pub large_request_max_bytes: u64,
+    /// `connection_throttle_tokens` (0: off), `_fill_time` (ms), `_fill_count`: a token bucket
+    /// new sessions draw from; with no token left the connection is closed.
+    pub conn_tokens: u64,
+    pub conn_fill_time_ms: u64,
+    pub conn_fill_count: u64,
+    /// `connection_throttle_freeze_time` (-1: off), `_drop_increase`, `_drop_decrease`,
+    /// `_decrease_ratio`: ZooKeeper's BLUE random early drop on top of the bucket.
+    pub conn_freeze_time_ms: i64,
+    pub conn_drop_increase: f64,
+    pub conn_drop_decrease: f64,
+    pub conn_decrease_ratio: f64,
+    /// `connection_throttle_weight_enabled` and the weights of a new global, new local and
+    /// renewed session (`connection_throttle_{global,local,renew}_session_weight`).
+    pub conn_weight_enabled: bool,
+    pub conn_weight_global: u64,
+    pub conn_weight_local: u64,
+    pub conn_weight_renew: u64,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            global_outstanding_limit: 1000,
+            max_requests: 0,
+            stall_time_ms: 100,
+            drop_stale: true,
+            large_request_threshold: -1,
+            large_request_max_bytes: 100 * 1024 * 1024,
+            conn_tokens: 0,
+            conn_fill_time_ms: 1,
+            conn_fill_count: 1,
+            conn_freeze_time_ms: -1,
+            conn_drop_increase: 0.02,
+            conn_drop_decrease: 0.002,
+            conn_decrease_ratio: 0.0,
+            conn_weight_enabled: false,
+            conn_weight_global: 3,
+            conn_weight_local: 1,
+            conn_weight_renew: 2,
+        }
+    }
+}
+
+/// The throttle keys, as zoo.cfg spells them without the `zookeeper.` prefix.
+const THROTTLE_KEYS: &[&str] = &[
+    "globalOutstandingLimit",
+    "request_throttle_max_requests",
+    "request_throttle_stall_time",
+    "request_throttle_drop_stale",
+    "largeRequestThreshold",
+    "largeRequestMaxBytes",
+    "connection_throttle_tokens",
+    "connection_throttle_fill_time",
+    "connection_throttle_fill_count",
+    "connection_throttle_freeze_time",
+    "connection_throttle_drop_increase",
+    "connection_throttle_drop_decrease",
+    "connection_throttle_decrease_ratio",
+    "connection_throttle_weight_enabled",
+    "connection_throttle_global_session_weight",
+    "connection_throttle_local_session_weight",
+    "connection_throttle_renew_session_weight",
+];
+
+impl ThrottleConfig {
+    /// Reads the throttle keys found in zoo.cfg (`found`: key without prefix -> (key as
+    /// written, value)), the others from the JVM flags in the environment.
+    fn read(found: &BTreeMap<&'static str, (String, String)>) -> Result<ThrottleConfig, ConfigError> {
+        let mut t = ThrottleConfig::default();
+        for key in THROTTLE_KEYS {
+            let (raw, value) = match found.get(key) {
+                Some((raw, value)) => (raw.clone(), value.clone()),
+                None => match jvm_property_from_env(&format!("zookeeper.{key}")) {
+                    Some(x) => x,
+                    None => continue,
+                },
+            };
+            let (raw, value) = (raw.as_str(), value.as_str());
+            let positive = |v: u64| if v == 0 { Err(bad(raw, value, "must be positive")) } else { Ok(v) };
+            let ratio = |v: f64| {
+                if (0.0..=1.0).contains(&v) {
+                    Ok(v)
+                } else {
+                    Err(bad(raw, value, "must be between 0 and 1"))
+                }
+            };
+            match *key {
+                "globalOutstandingLimit" => {
+                    // ZooKeeper reads it as an int; a value below 1 would stop every busy
+                    // connection for good.
+                    let v: i64 = parse(raw, value)?;
+                    t.global_outstanding_limit = usize::try_from(v)
+                        .ok()
+                        .filter(|v| *v > 0)
+                        .ok_or_else(|| bad(raw, value, "must be positive"))?;
+                }
+                "request_throttle_max_requests" => t.max_requests = parse(raw, value)?,
+                "request_throttle_stall_time" => t.stall_time_ms = positive(parse(raw, value)?)?,
+                "request_throttle_drop_stale" => {
+                    t.drop_stale = parse_bool(raw, value)?;
+                    if !t.drop_stale {
+                        tracing::warn!(key = raw, "a waiting request whose connection closed is dropped all the same: Warden answers no request on a closed connection");
+                    }
+                }
+                "largeRequestThreshold" => {
+                    let v: i64 = parse(raw, value)?;
+                    // ZooKeeper: 0 or below turns it off.
+                    t.large_request_threshold = if v <= 0 { -1 } else { v };
+                }
+                "largeRequestMaxBytes" => t.large_request_max_bytes = positive(parse(raw, value)?)?,
+                "connection_throttle_tokens" => t.conn_tokens = parse(raw, value)?,
+                "connection_throttle_fill_time" => t.conn_fill_time_ms = positive(parse(raw, value)?)?,
+                "connection_throttle_fill_count" => t.conn_fill_count = positive(parse(raw, value)?)?,
+                "connection_throttle_freeze_time" => {
+                    let v: i64 = parse(raw, value)?;
+                    if v < -1 {
+                        return Err(bad(raw, value, "must be -1 (off) or a time in ms"));
+                    }
+                    t.conn_freeze_time_ms = v;
+                }
+                "connection_throttle_drop_increase" => t.conn_drop_increase = ratio(parse(raw, value)?)?,
+                "connection_throttle_drop_decrease" => t.conn_drop_decrease = ratio(parse(raw, value)?)?,
+                "connection_throttle_decrease_ratio" => t.conn_decrease_ratio = ratio(parse(raw, value)?)?,
+                "connection_throttle_weight_enabled" => t.conn_weight_enabled = parse_bool(raw, value)?,
+                "connection_throttle_global_session_weight" => t.conn_weight_global = positive(parse(raw, value)?)?,
+                "connection_throttle_local_session_weight" => t.conn_weight_local = positive(parse(raw, value)?)?,
+                "connection_throttle_renew_session_weight" => t.conn_weight_renew = positive(parse(raw, value)?)?,
+                _ => {}
+            }
+        }
+        // ZooKeeper's rules between the weights: a global or renewed session never costs
+        // less than a local one.
+        t.conn_weight_global = t.conn_weight_global.max(t.conn_weight_local);
+        t.conn_weight_renew = t.conn_weight_renew.max(t.conn_weight_local);
+        if t.conn_weight_enabled {
+            // The configured tokens are counted in global sessions.
+            t.conn_tokens *= t.conn_weight_global;
+            t.conn_fill_count *= t.conn_weight_global;
+        }
+        Ok(t)
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         let tick = 3000;
@@ -520,6 +686,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             quorum_tls: QuorumTlsConfig::default(),
             max_client_cnxns: 60,
+            throttle: ThrottleConfig::default(),
             client_port_listen_backlog: -1,
             min_session_timeout_ms: 2 * tick as i32,
             max_session_timeout_ms: 20 * tick as i32,
@@ -780,6 +947,7 @@ impl Config {
         let mut server_section = "QuorumServer".to_owned();
         let mut remove_realm_from_principal = false;
         let mut enforce_quota = None;
+        let mut throttle_keys = BTreeMap::new();
         let mut service_principal: Option<String> = None;
         let mut audit_enable = None;
         let mut audit_file = None;
@@ -819,6 +987,11 @@ impl Config {
                 "clientPort" => c.client_port = parse(raw_key, value)?,
                 "clientPortAddress" => c.client_port_address = parse(raw_key, value)?,
                 "maxClientCnxns" => c.max_client_cnxns = parse(raw_key, value)?,
+                k if THROTTLE_KEYS.contains(&k) => {
+                    if let Some(known) = THROTTLE_KEYS.iter().find(|t| **t == k) {
+                        throttle_keys.insert(*known, (raw_key.clone(), value.clone()));
+                    }
+                }
                 "clientPortListenBacklog" => c.client_port_listen_backlog = parse(raw_key, value)?,
                 "minSessionTimeout" => min_set = Some(parse::<i32>(raw_key, value)?),
                 "maxSessionTimeout" => max_set = Some(parse::<i32>(raw_key, value)?),
@@ -1006,8 +1179,7 @@ impl Config {
                 | "admin.commandURL"
                 | "metricsProvider.exportJvmInfo"
                 | "preAllocSize"
-                | "serverCnxnFactory"
-                | "globalOutstandingLimit" => {
+                | "serverCnxnFactory" => {
                     tracing::debug!(key = raw_key.as_str(), "accepted and not used by Warden");
                 }
                 _ => {
@@ -1068,6 +1240,7 @@ impl Config {
             let dir = std::env::var_os("ZOO_LOG_DIR").map(PathBuf::from).unwrap_or_else(|| c.data_dir.clone());
             c.audit_log = Some(audit_file.unwrap_or_else(|| dir.join("zookeeper_audit.log")));
         }
+        c.throttle = ThrottleConfig::read(&throttle_keys)?;
         c.enforce_quota = match enforce_quota {
             Some(on) => on,
             None => match jvm_property_from_env("zookeeper.enforceQuota") {
@@ -1300,6 +1473,35 @@ mod tests {
         assert!(e.to_string().contains("version"), "{e}");
         let missing = props(&[("dataDir", &data), ("dynamicConfigFile", "/nonexistent/zoo.cfg.dynamic")]);
         assert!(Config::from_properties(&missing).unwrap_err().to_string().contains("/nonexistent"));
+    }
+
+    /// The throttle keys are read as ZooKeeper reads them from zoo.cfg (with or without the
+    /// `zookeeper.` prefix); a bad value names its key; the weights scale the bucket.
+    #[test]
+    fn throttle_keys() {
+        let c = Config::from_properties(&props(&[
+            ("globalOutstandingLimit", "50"),
+            ("zookeeper.request_throttle_max_requests", "7"),
+            ("largeRequestThreshold", "0"),
+            ("connection_throttle_tokens", "4"),
+            ("connection_throttle_weight_enabled", "true"),
+        ]))
+        .expect("valid");
+        assert_eq!(c.throttle.global_outstanding_limit, 50);
+        assert_eq!(c.throttle.max_requests, 7);
+        assert_eq!(c.throttle.large_request_threshold, -1, "0 turns it off, as in ZooKeeper");
+        assert_eq!(c.throttle.conn_tokens, 12, "4 global sessions of weight 3");
+        assert_eq!(Config::default().throttle.global_outstanding_limit, 1000);
+        for (key, value) in [
+            ("globalOutstandingLimit", "0"),
+            ("connection_throttle_fill_time", "0"),
+            ("connection_throttle_drop_increase", "1.5"),
+            ("request_throttle_drop_stale", "maybe"),
+            ("connection_throttle_freeze_time", "-5"),
+        ] {
+            let e = Config::from_properties(&props(&[(key, value)])).expect_err(key).to_string();
+            assert!(e.contains(key), "{e}");
+        }
     }
 
     /// `enforceQuota` is read with or without ZooKeeper's `zookeeper.` prefix; a value that is

@@ -530,7 +530,8 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         let addr = SocketAddr::new(config.metrics_host, config.metrics_port);
         tasks.push(tokio::spawn(crate::admin::metrics::serve(addr, view.clone(), h, stop_rx.clone())));
     }
-    let port = crate::client::Port { dispatcher, stats, words: Arc::new(view) };
+    let admission = Arc::new(crate::client::admission::Admission::new(config.throttle.clone()));
+    let port = crate::client::Port { dispatcher, stats, words: Arc::new(view), admission };
     let clients: Vec<_> = listeners
         .into_iter()
         .map(|(listener, security)| {

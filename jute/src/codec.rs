@@ -180,12 +180,18 @@ enum ServerState {
 pub struct ServerCodec {
     max_frame: usize,
     state: ServerState,
+    last_frame: usize,
 }
 
 impl ServerCodec {
     /// A codec for a fresh connection accepting frames of at most `max_frame` bytes.
     pub fn new(max_frame: usize) -> Self {
-        ServerCodec { max_frame, state: ServerState::Fresh }
+        ServerCodec { max_frame, state: ServerState::Fresh, last_frame: 0 }
+    }
+
+    /// The length of the last request frame decoded (without its 4-byte prefix).
+    pub fn last_frame_len(&self) -> usize {
+        self.last_frame
     }
 }
 
@@ -234,6 +240,7 @@ impl Decoder for ServerCodec {
                 let Some(frame) = take_frame(src, self.max_frame)? else {
                     return Ok(None);
                 };
+                self.last_frame = frame.len();
                 match decode_request(&frame) {
                     Ok((header, request)) => Ok(Some(ClientMessage::Request { header, request })),
                     Err(RequestError::Body(m)) => Ok(Some(ClientMessage::Malformed(m))),

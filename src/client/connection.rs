@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::time::Duration;
 use std::time::Instant;
 
 use futures::stream::FuturesOrdered;
@@ -20,6 +21,7 @@ use tokio::sync::oneshot;
 use tokio_util::codec::FramedRead;
 use tokio_util::codec::FramedWrite;
 
+use super::admission;
 use super::handshake::handshake;
 use super::handshake::Handshake;
 use super::request::Done;
@@ -48,6 +50,27 @@ const WRITE_BUFFER: usize = 512;
 /// Queued replies past which the writer flushes before taking more: tokio-util's default,
 /// which `with_capacity` would otherwise lower to [`WRITE_BUFFER`].
 const WRITE_BACKPRESSURE: usize = 8 * 1024;
+
+/// Runs a write to the client, giving up after `limit` if the client reads nothing meanwhile
+/// (its socket buffer stays full): a client that sends and never reads holds no more than one
+/// session timeout's worth of the server. The common case, a write that is done at once,
+/// costs no timer.
+async fn within<F, E>(limit: Duration, f: F) -> bool
+where
+    F: std::future::Future<Output = Result<(), E>>,
+{
+    let mut f = std::pin::pin!(f);
+    if let Some(r) = f.as_mut().now_or_never() {
+        return r.is_ok();
+    }
+    match tokio::time::timeout(limit, f).await {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            tracing::info!(?limit, "the client read no reply for its session timeout; closing the connection");
+            false
+        }
+    }
+}
 
 /// Why a connection must stop reading, or close.
 enum Control {
@@ -171,16 +194,32 @@ async fn serve_halves<R, W>(
     let mut sent_zxid = 0i64;
     let mut events: VecDeque<Event> = VecDeque::new();
     let mut reading = true;
+    // A write to the client may wait this long for it to read (see `within`).
+    let stall = Duration::from_millis(session.timeout.max(1) as u64);
+    // Overload protection (`admission`): this connection's requests in process, the sizes of
+    // its large ones by their sequence number, and a request read that the request throttle
+    // holds, with when to look again.
+    let admission = &port.admission;
+    let mut mine = 0usize;
+    let mut read_seq = 0u64;
+    let mut done_seq = 0u64;
+    let mut large: VecDeque<(u64, u64)> = VecDeque::new();
+    let mut held: Option<(jute::RequestHeader, jute::Request, Instant)> = None;
+    let mut recheck = Box::pin(tokio::time::sleep(Duration::ZERO));
     // Replies fed to the writer and not flushed yet: they go out in one write once no
     // request already read is left to answer.
     let mut unflushed = false;
 
     loop {
         if unflushed && !(reading && jute::codec::holds_frame(reader.read_buffer())) {
-            if writer.flush().await.is_err() {
+            if !within(stall, writer.flush()).await {
                 break;
             }
             unflushed = false;
+        }
+        let throttled = admission.should_throttle(mine);
+        if throttled && reading && held.is_none() {
+            metrics::counter!(admission::names::THROTTLED_READS).increment(1);
         }
         tokio::select! {
             biased;
@@ -192,6 +231,16 @@ async fn serve_halves<R, W>(
                 let mut end = false;
                 while let Some(Done { xid, mut reply, close, op, short, started }) = next.take() {
                     cs.outstanding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    mine -= 1;
+                    done_seq += 1;
+                    let size = match large.front() {
+                        Some(&(seq, size)) if seq == done_seq => {
+                            large.pop_front();
+                            size
+                        }
+                        _ => 0,
+                    };
+                    admission.finished(size);
                     // Reply zxids never go down on a connection, as ZooKeeper's (which answers
                     // in log order) never do. A reply made when its request was read (a refusal,
                     // an auth answer) or a failed write's may carry this server's applied zxid,
@@ -207,7 +256,7 @@ async fn serve_halves<R, W>(
                     while events.front().is_some_and(|e| e.zxid <= reply.zxid) {
                         let Some(e) = events.pop_front() else { break };
                         port.stats.packet_sent(None);
-                        if writer.feed(notification(e)).await.is_err() {
+                        if !within(stall, writer.feed(notification(e))).await {
                             break;
                         }
                     }
@@ -218,27 +267,29 @@ async fn serve_halves<R, W>(
                         header: ReplyHeader { xid, zxid: reply.zxid, err: reply.err.code() },
                         response: reply.response,
                     };
-                    if writer.feed(msg).await.is_err() || close || (!reading && jobs.is_empty()) {
+                    if !within(stall, writer.feed(msg)).await || close || (!reading && jobs.is_empty()) {
                         end = true;
                         break;
                     }
                     next = jobs.next().now_or_never().flatten();
                 }
                 if end {
-                    let _ = writer.flush().await;
+                    let _ = within(stall, writer.flush()).await;
                     break;
                 }
                 unflushed = true;
             }
             Some(e) = ev_rx.next() => {
                 events.push_back(e);
+                let mut failed = false;
                 while let Some(e) = events.pop_front() {
                     port.stats.packet_sent(None);
-                    if writer.feed(notification(e)).await.is_err() {
+                    if !within(stall, writer.feed(notification(e))).await {
+                        failed = true;
                         break;
                     }
                 }
-                if writer.flush().await.is_err() {
+                if failed || !within(stall, writer.flush()).await {
                     break;
                 }
             }
@@ -263,13 +314,28 @@ async fn serve_halves<R, W>(
                     break;
                 }
             },
-            frame = reader.next(), if reading => {
+            // The request throttle held the last request read: look again.
+            () = &mut recheck, if held.is_some() => {
+                if let Some(wait) = admission.must_wait(true) {
+                    recheck.as_mut().reset(tokio::time::Instant::now() + wait);
+                    continue;
+                }
+                let Some((header, request, read_at)) = held.take() else { continue };
+                admission.hold(false);
+                let (job, last) = requests.job(header.xid, request, read_at);
+                jobs.push_back(job);
+                reading &= !last;
+            }
+            frame = reader.next(), if reading && held.is_none() && !throttled => {
                 let (header, request) = match frame {
                     Some(Ok(ClientMessage::Request { header, request })) => (header, request),
                     Some(Ok(ClientMessage::Malformed(m))) => {
                         tracing::debug!(%peer, error = %m, "malformed request");
                         port.stats.packet_received(cs);
                         cs.outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        mine += 1;
+                        read_seq += 1;
+                        admission.started(0);
                         let (job, last) = requests.malformed(&m);
                         jobs.push_back(job);
                         reading &= !last;
@@ -283,8 +349,28 @@ async fn serve_halves<R, W>(
                 };
                 d.touch(session_id);
                 port.stats.packet_received(cs);
+                let Ok(size) = admission.large(reader.decoder().last_frame_len()) else {
+                    tracing::warn!(%peer, bytes = reader.decoder().last_frame_len(), "rejecting a large request: the large-request budget is spent; closing");
+                    break;
+                };
                 cs.outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (job, last) = requests.job(header.xid, request, Instant::now());
+                mine += 1;
+                read_seq += 1;
+                admission.started(size);
+                if size > 0 {
+                    large.push_back((read_seq, size));
+                }
+                let now = Instant::now();
+                if !matches!(request, jute::Request::Ping) {
+                    if let Some(wait) = admission.must_wait(false) {
+                        metrics::counter!(admission::names::REQUEST_THROTTLE_WAIT_COUNT).increment(1);
+                        admission.hold(true);
+                        held = Some((header, request, now));
+                        recheck.as_mut().reset(tokio::time::Instant::now() + wait);
+                        continue;
+                    }
+                }
+                let (job, last) = requests.job(header.xid, request, now);
                 jobs.push_back(job);
                 reading &= !last;
             }
@@ -293,7 +379,13 @@ async fn serve_halves<R, W>(
     }
     if unflushed {
         // Answers to requests read before a bad frame or a close still go out.
-        let _ = writer.flush().await;
+        let _ = within(stall, writer.flush()).await;
     }
+    // Requests still in process die with the connection (a held one too: ZooKeeper's
+    // `request_throttle_drop_stale`); they leave the server-wide count.
+    if held.is_some() {
+        admission.hold(false);
+    }
+    admission.abandon(mine, large.iter().map(|&(_, size)| size).sum());
     d.detach(session_id, conn_id, &ev_tx);
 }

@@ -13,6 +13,7 @@ use jute::ServerMessage;
 use tokio_util::codec::FramedRead;
 use tokio_util::codec::FramedWrite;
 
+use super::admission::SessionKind;
 use super::Port;
 use super::HANDSHAKE_TIMEOUT;
 use crate::dispatch::connect::Refusal;
@@ -84,6 +85,19 @@ where
         }
     };
     port.stats.packet_received(cs);
+    // The connection throttle (ZooKeeper's `BlueThrottle`), on the handshake as there.
+    let kind = if req.session_id != 0 {
+        SessionKind::Renew
+    } else if port.dispatcher.config().local_sessions {
+        SessionKind::Local
+    } else {
+        SessionKind::Global
+    };
+    if !port.admission.admit(kind) {
+        metrics::counter!(stats::names::CONNECTIONS_REJECTED, "reason" => "connection_throttle").increment(1);
+        tracing::debug!(%peer, "connection throttle: no token for a new session; closing");
+        return None;
+    }
     match port.dispatcher.connect(&req, peer, certified).await {
         Connected::Established(session, caller) => Some(Handshake { session, caller, read_only: req.read_only }),
         Connected::Expired => {

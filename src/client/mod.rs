@@ -17,6 +17,7 @@
 //! This module sees only the [`Dispatcher`], the server statistics it updates, and the
 //! [`FourLetterWords`] it answers on a connection's first frame; never the tree or Raft.
 
+pub mod admission;
 mod connection;
 mod handshake;
 mod request;
@@ -48,6 +49,8 @@ pub struct Port {
     pub dispatcher: Dispatcher,
     pub stats: Arc<ServerStats>,
     pub words: Arc<dyn FourLetterWords>,
+    /// Overload protection, shared by every client listener.
+    pub admission: Arc<admission::Admission>,
 }
 
 /// How long shutdown waits for connections to finish their in-flight requests.
