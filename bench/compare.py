@@ -78,7 +78,7 @@ THROUGHPUT_WORKLOADS = [
     ("mixed 90/10", ["--workload", "mixed", "--read-ratio", "0.9"]),
 ]
 LATENCY_WORKLOADS = ["get", "create", "set"]
-ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues", "wideparent"]
+ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues", "wideparent", "overload"]
 ENSEMBLE_PHASES = ["throughput", "latency", "bigvalues"]  # the phases --ensemble supports
 KINDS = ["zookeeper", "warden"]
 LABEL = {"zookeeper": "ZooKeeper", "warden": "Warden"}
@@ -1184,6 +1184,105 @@ def phase_wideparent(opts, results, children: int = 100_000, calls: int = 200):
                 log(f"  {res}")
 
 
+# Overload: the 16x8 throughput runs keep 128 requests in flight, which saturates either
+# server here; these keep 10x and 50x that many (clients x inflight).
+OVERLOAD_FACTORS = ((10, 80, 16), (50, 400, 16))
+
+
+def _overload_probe(port: int, stop: threading.Event, out: dict) -> None:
+    """A well-behaved client beside the flood: one session (4 s timeout) reading a node every
+    100 ms, and a new connection's handshake timed every 500 ms."""
+    lat, connects, failures = [], [], []
+    conn = None
+    try:
+        conn = JuteConn(port, session_timeout_ms=4000, sock_timeout=8.0)
+        next_connect = time.monotonic()
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            err, _ = conn.call(OP_GETDATA, _jstr("/probe") + b"\0")
+            lat.append((time.perf_counter() - t0) * 1000)
+            if err != 0:
+                failures.append(f"getData error {err}")
+                break
+            if time.monotonic() >= next_connect:
+                next_connect += 0.5
+                t0 = time.perf_counter()
+                try:
+                    c = JuteConn(port, session_timeout_ms=4000, sock_timeout=8.0)
+                    connects.append((time.perf_counter() - t0) * 1000)
+                    c.close()
+                except (OSError, ConnectionError) as e:
+                    failures.append(f"connect: {e!r}")
+            stop.wait(0.1)
+    except (OSError, ConnectionError, struct.error) as e:
+        failures.append(f"probe session: {e!r}")
+    finally:
+        if conn is not None:
+            conn.close()
+    lat.sort()
+    connects.sort()
+    out.update({
+        "probe_reads": len(lat),
+        "probe_p50_ms": lat[len(lat) // 2] if lat else None,
+        "probe_p99_ms": lat[max(0, int(len(lat) * 0.99) - 1)] if lat else None,
+        "probe_max_ms": lat[-1] if lat else None,
+        "connect_p99_ms": connects[max(0, int(len(connects) * 0.99) - 1)] if connects else None,
+        "connect_max_ms": connects[-1] if connects else None,
+        "probe_failures": failures,
+    })
+
+
+def phase_overload(opts, results):
+    """Issue 41's overload protection: a set flood with 10x and 50x the requests in flight of
+    the saturating 16x8 run, beside a well-behaved probe session (4 s timeout: reads every
+    100 ms, a new connection every 500 ms). Per run: the flood's throughput and errors, the
+    probe's read latency and whether it kept its session, handshake latency, and the
+    server's peak RSS over its RSS before the flood."""
+    out = results.setdefault("overload", {"runs": {}})
+    for factor, clients, inflight in OVERLOAD_FACTORS:
+        rows = out["runs"].setdefault(f"{factor}x", {k: [] for k in KINDS})
+        for r in range(opts.rounds):
+            for kind in KINDS:
+                log(f"overload {factor}x ({clients} clients x {inflight}): round {r + 1}/{opts.rounds} {LABEL[kind]}")
+                with Server(kind, opts, f"overload-{factor}-{r}") as srv:
+                    try:
+                        srv.start()
+                        c = JuteConn(srv.port)
+                        if c.create("/probe", b"p") != 0:
+                            raise RuntimeError("cannot create /probe")
+                        c.close()
+                    except (OSError, RuntimeError, ConnectionError, struct.error) as e:
+                        rows[kind].append({"failed": f"start: {e!r}"})
+                        continue
+                    rss0 = srv.rss() or 0
+                    peak = [rss0]
+                    stop = threading.Event()
+                    probe: dict = {}
+
+                    def sample():
+                        while not stop.wait(0.25):
+                            peak[0] = max(peak[0], srv.rss() or 0)
+
+                    threads = [threading.Thread(target=_overload_probe, args=(srv.port, stop, probe)),
+                               threading.Thread(target=sample)]
+                    for t in threads:
+                        t.start()
+                    res = run_bench(opts, srv.port, ["--workload", "set", "--clients", str(clients), "--inflight",
+                                                     str(inflight), "--keys", "10", "--size", "100",
+                                                     "--duration", str(opts.duration)],
+                                    bench_timeout(opts, 120))
+                    stop.set()
+                    for t in threads:
+                        t.join(30)
+                    res.update(probe)
+                    res["rss_growth"] = peak[0] - rss0
+                    res["rss_peak"] = peak[0]
+                rows[kind].append(res)
+                log(f"  ops/s {res.get('ops_per_sec')} probe p99 {res.get('probe_p99_ms')} ms max "
+                    f"{res.get('probe_max_ms')} failures {res.get('probe_failures')} rss +{mib(res.get('rss_growth'))}"
+                    f"{' ' + res['failed'] if 'failed' in res else ''}")
+
+
 def phase_latency(opts, results):
     rows = [
         (w, ["--workload", w, "--clients", "1", "--inflight", "1", "--size", "100", "--duration", str(opts.duration)])
@@ -1673,6 +1772,31 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
             L.append(f"Warden/ZooKeeper {field}, min / median / max: {fmt_stats3(s, 3)}")
         L.append("")
 
+    if "overload" in results:
+        L.append("## Overload: a set flood at 10x and 50x the saturating requests in flight")
+        L.append("")
+        L.append("Beside the flood, one probe session (4 s timeout) reads every 100 ms and a new "
+                 "connection is opened every 500 ms. RSS growth is the server's peak over its RSS "
+                 "before the flood.")
+        L.append("")
+        L.append("| load | server | flood ops/s per round | probe p99 ms | probe max ms | connect max ms | "
+                 "probe failures | RSS growth |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for load, by_kind in results["overload"]["runs"].items():
+            for kind in KINDS:
+                runs = by_kind[kind]
+                fails = sum(len(r.get("probe_failures") or []) for r in runs if r)
+                growth = ", ".join(mib(r.get("rss_growth")) for r in runs if r)
+                L.append(f"| {load} | {LABEL[kind]} | {raw_list(runs, 'ops_per_sec', 0)} | "
+                         f"{raw_list(runs, 'probe_p99_ms')} | {raw_list(runs, 'probe_max_ms')} | "
+                         f"{raw_list(runs, 'connect_max_ms')} | {fails} | {growth} |")
+            for field in ("ops_per_sec", "probe_p99_ms", "rss_growth"):
+                st = stats3(paired_ratios(by_kind["zookeeper"], by_kind["warden"], field))
+                L.append("")
+                L.append(f"{load}: Warden/ZooKeeper {field}, min / median / max: {fmt_stats3(st, 3)}")
+            L.append("")
+        L.append("")
+
     if meta.get("problems"):
         L.append("## Problems during the run")
         L.append("")
@@ -1821,6 +1945,7 @@ def main(argv=None) -> int:
             "throughput": phase_throughput,
             "bigvalues": phase_bigvalues,
             "wideparent": phase_wideparent,
+            "overload": phase_overload,
             "latency": phase_latency,
             "watch": phase_watch,
             "sessions": phase_sessions,
