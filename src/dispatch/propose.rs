@@ -60,6 +60,12 @@ pub const MAX_IN_FLIGHT: usize = 4;
 const INBOX: usize = 64 * 1024;
 /// How long a forwarded batch may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a follower keeps retrying a batch whose forward never reached the leader (a
+/// leader that died, or that it cannot reach), waiting for the leader to come back or for a
+/// new one, before its clients get ConnectionLoss: a failover takes well under this.
+const FORWARD_RETRY_FOR: Duration = Duration::from_secs(2);
+/// The pause between such retries, unless the leader changes first.
+const FORWARD_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// A txn waiting for a batch: its waiter, and whether a follower may answer it on the
 /// leader's word, before applying it here (see [`Proposer::submit_committed`]).
@@ -67,6 +73,8 @@ struct Queued {
     txn: Txn,
     waiter: Waiter,
     committed_is_enough: bool,
+    /// Set once a forward of it failed before reaching the leader: retried until then.
+    retry_until: Option<tokio::time::Instant>,
 }
 
 /// Txns waiting for a batch, in arrival order: pushed by connections, taken by the proposer
@@ -150,6 +158,24 @@ impl Inbox {
         }
         self.room.add_permits(batch.len());
         batch
+    }
+
+    /// Puts back, in front and in their order, txns taken for a forward that never reached
+    /// the leader.
+    fn requeue(&self, items: Vec<Queued>) {
+        if items.is_empty() {
+            return;
+        }
+        self.room.forget_permits(items.len());
+        let mut queue = self.queue();
+        if self.stopped.load(Ordering::Acquire) {
+            drop(queue);
+            fail_all(items.into_iter().map(|q| q.waiter), "proposer stopped");
+            return;
+        }
+        for item in items.into_iter().rev() {
+            queue.push_front(item);
+        }
     }
 
     /// Everything queued.
@@ -314,7 +340,7 @@ impl Proposer {
 
     async fn queue(&self, txn: Txn, committed_is_enough: bool) -> Result<oneshot::Receiver<Outcome>, ProposeError> {
         let (waiter, wait) = oneshot::channel();
-        self.handle.0.inbox.push(Queued { txn, waiter, committed_is_enough }).await?;
+        self.handle.0.inbox.push(Queued { txn, waiter, committed_is_enough, retry_until: None }).await?;
         Ok(wait)
     }
 
@@ -518,15 +544,26 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
         }
         // A follower: forward to the leader, in order; answer on its word what may be, the
         // rest once applied here.
-        let mut txns = Vec::new();
-        let mut waiters = Vec::new();
-        for q in inbox.take_batch() {
+        let mut batch = inbox.take_batch();
+        // A txn retried after a failed forward whose connection has closed since is dropped:
+        // its client got ConnectionLoss, and may now write through another member, so sending
+        // it later could apply it after the session's newer writes.
+        batch.retain(|q| q.retry_until.is_none() || !q.waiter.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        let mut txns = Vec::with_capacity(batch.len());
+        let mut waiters = Vec::with_capacity(batch.len());
+        let mut retry_until = Vec::with_capacity(batch.len());
+        for q in batch {
             txns.push(q.txn);
             waiters.push((q.waiter, q.committed_is_enough));
+            retry_until.push(q.retry_until);
         }
         metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
         let client = peers.client(leader_id, &leader_addr);
-        match client.start(PeerRequest::ForwardFrom(me, TxnBatch::new(txns)), FORWARD_TIMEOUT).await {
+        let txns = Arc::new(txns);
+        match client.start(PeerRequest::ForwardFrom(me, TxnBatch::shared(txns.clone())), FORWARD_TIMEOUT).await {
             Ok(answer) => {
                 let tree = tree.clone();
                 let mut leader = raft.leader_watch();
@@ -580,7 +617,35 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
                 });
             }
             Err(e) => {
-                fail_all(waiters.into_iter().map(|(w, _)| w), &e.to_string());
+                // The batch never reached the leader (see `PeerClient::start`): nothing of it
+                // can have happened, so it is retried, first in line, until a leader takes it
+                // or `FORWARD_RETRY_FOR` has passed; only then do its clients get
+                // ConnectionLoss. (A batch that reached a leader which then failed stays in
+                // doubt: see above.)
+                let now = tokio::time::Instant::now();
+                let txns = Arc::try_unwrap(txns).unwrap_or_else(|shared| (*shared).clone());
+                let mut retry = Vec::new();
+                let mut give_up = Vec::new();
+                for ((txn, (waiter, committed_is_enough)), until) in txns.into_iter().zip(waiters).zip(retry_until) {
+                    let until = until.unwrap_or(now + FORWARD_RETRY_FOR);
+                    if now < until && !waiter.is_closed() {
+                        retry.push(Queued { txn, waiter, committed_is_enough, retry_until: Some(until) });
+                    } else {
+                        give_up.push(waiter);
+                    }
+                }
+                if !give_up.is_empty() {
+                    fail_all(give_up, &e.to_string());
+                }
+                if !retry.is_empty() {
+                    tracing::debug!(error = %e, txns = retry.len(), "a forward did not reach the leader; retrying");
+                    metrics::counter!("warden_forward_retries").increment(1);
+                    inbox.requeue(retry);
+                    drop(slot);
+                    drop(permit);
+                    let mut leader = raft.leader_watch();
+                    let _ = tokio::time::timeout(FORWARD_RETRY_PAUSE, leader.other_than(leader_id)).await;
+                }
             }
         }
     }
@@ -600,7 +665,10 @@ mod tests {
         let mut waits = Vec::new();
         for &s in sessions {
             let (done, wait) = oneshot::channel();
-            inbox.push(Queued { txn: txn(s), waiter: done, committed_is_enough: false }).await.expect("push");
+            inbox
+                .push(Queued { txn: txn(s), waiter: done, committed_is_enough: false, retry_until: None })
+                .await
+                .expect("push");
             waits.push(wait);
         }
         waits
@@ -630,6 +698,21 @@ mod tests {
         assert_eq!(shared.inbox.queue().len(), 1);
     }
 
+    /// Txns of a forward that never reached the leader go back in front of what queued
+    /// meanwhile, in their order, and keep their room in the queue counted.
+    #[tokio::test]
+    async fn a_requeued_batch_goes_back_in_front_in_order() {
+        let inbox = Inbox::new();
+        let _waits = queued(&inbox, &[1, 2, 3]).await;
+        let taken = inbox.take_batch();
+        let _later = queued(&inbox, &[4, 5]).await;
+        let room = inbox.room.available_permits();
+        inbox.requeue(taken);
+        assert_eq!(inbox.room.available_permits(), room - 3);
+        let order: Vec<i64> = inbox.take_all().iter().map(|q| q.txn.session_id).collect();
+        assert_eq!(order, vec![1, 2, 3, 4, 5]);
+    }
+
     /// A batch that failed before it was filled frees its slot, and only its own.
     #[tokio::test]
     async fn a_failed_unfilled_batch_frees_only_its_own_slot() {
@@ -652,7 +735,10 @@ mod tests {
             assert!(matches!(w.await, Ok(Err(ProposeError::Raft(_)))));
         }
         let (done, _wait) = oneshot::channel();
-        assert!(inbox.push(Queued { txn: txn(3), waiter: done, committed_is_enough: false }).await.is_err());
+        assert!(inbox
+            .push(Queued { txn: txn(3), waiter: done, committed_is_enough: false, retry_until: None })
+            .await
+            .is_err());
         assert!(inbox.queue().is_empty());
     }
 

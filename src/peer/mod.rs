@@ -527,7 +527,9 @@ impl PeerClient {
     }
 
     /// Sends a request on the connection (requests leave in the order `start` is called) and
-    /// returns a future for its answer.
+    /// returns a future for its answer. An `Err` here means the request never reached the
+    /// peer whole: no connection, or its frame not completely written (a peer decodes only
+    /// whole frames, and a connection whose write failed is given up).
     pub async fn start(
         &self,
         req: PeerRequest,

@@ -36,6 +36,12 @@ impl TxnBatch {
         TxnBatch { txns: Arc::new(txns), unfilled: false }
     }
 
+    /// A batch of txns the caller keeps a handle on (to take them back if the batch is never
+    /// sent).
+    pub fn shared(txns: Arc<Vec<Txn>>) -> TxnBatch {
+        TxnBatch { txns, unfilled: false }
+    }
+
     /// A batch proposed empty, to be filled by the log store as openraft appends it: the entry
     /// takes every txn that arrived until that moment, rather than those that had arrived
     /// when the proposer last ran.
