@@ -23,6 +23,7 @@ APT_PACKAGES=(
   krb5-user               # kinit, klist
   libkrb5-dev             # krb5-config + headers: Warden's `kerberos` feature and pip's `kerberos` build on it
   libclang-dev            # bindgen, which generates libgssapi-sys's bindings for the `kerberos` feature
+  gcc                     # builds compat-tests/slowsync.c, the slow-disk shim
 )
 # kazoo is pinned: its upstream tests (kazoo/tests) are run by this suite and
 # the list of excluded cases in test_kazoo_upstream.py is for this version.

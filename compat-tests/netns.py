@@ -104,6 +104,17 @@ class Net:
         """The command prefix that runs a program in member i's namespace."""
         return ["ip", "netns", "exec", self.ns[i]]
 
+    # Set by the nemesis before members start, for the disk faults: the slow-disk shim
+    # (compat-tests/slowsync.c, built), preloaded into every member.
+    slowsync_shim: str | None = None
+
+    def member_env(self, base_dir) -> dict[str, str]:
+        """Environment for a member whose files are in `base_dir`: the shim, and the file the
+        nemesis writes to slow the member's disk (ms added to each fsync)."""
+        if not self.slowsync_shim:
+            return {}
+        return {"LD_PRELOAD": self.slowsync_shim, "SLOWSYNC_FILE": os.path.join(str(base_dir), "slowsync_ms")}
+
     # -- faults ------------------------------------------------------------
     def cut(self, src: int, dst: int) -> None:
         """Drops what member `src` sends to member `dst` (one way)."""
@@ -168,7 +179,9 @@ class NetMember(ensemble.Member):
         self._write_config()
 
     def command(self) -> list[str]:
-        return self.net.prefix(self.myid - 1) + super().command()
+        env = self.net.member_env(self.base_dir)
+        pre = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+        return self.net.prefix(self.myid - 1) + pre + super().command()
 
 
 class NetEnsemble(ensemble.Ensemble):

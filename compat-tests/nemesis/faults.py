@@ -11,6 +11,13 @@ time, each lasting a random few seconds and followed by a quiet gap:
   bridge     one member sees both halves of the others, the halves do not see each other
   oneway     one member's packets (the leader's, or a random member's) are dropped on their
              way to one other member or to all others; the reverse direction still works
+  slowdisk   every fsync of a member (random or the leader) takes 50-500 ms longer (the
+             compat-tests/slowsync.c shim, preloaded into every member, reads its delay from a
+             file the nemesis writes)
+  (no clock jumps: libfaketime, the one tool that moves one process's wall clock, makes
+  the sleeps of a process whose offset changes while it runs fail with EINVAL, and a time
+  namespace cannot move CLOCK_REALTIME; Warden reads the wall clock only to stamp
+  ctime/mtime and TTL deadlines, which no workload checks)
   (heal)     every partition ends when its fault ends; `heal_all()` at the end also resumes
              every frozen member and restarts every dead one
 
@@ -29,6 +36,7 @@ is used instead. Members that exit on their own (not killed by the nemesis) are 
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import time
 from typing import Callable, Optional
@@ -39,6 +47,7 @@ CATEGORIES = {
     "kill": ("kill",),
     "pause": ("pause",),
     "partition": ("isolate", "split", "bridge", "oneway"),
+    "disk": ("slowdisk",),
 }
 
 
@@ -186,6 +195,16 @@ class Nemesis:
                 self._paused.discard(i)
                 self._event(f, "end", f"SIGCONT member {i + 1}", [i])
             return end
+        if f.kind == "slowdisk":
+            path = self.ens.members[i].base_dir / "slowsync_ms"
+            ms = 50 + int(450 * f.draw)
+            _write(path, str(ms))
+            self._event(f, "start", f"every fsync of {who} {ms} ms slower for {f.duration:.2f}s", [i])
+
+            def undo():
+                _write(path, "0")
+                self._event(f, "end", f"member {i + 1}'s disk back", [i])
+            return undo
         if f.kind == "isolate":
             self.net.isolate(i)
             self._event(f, "start", f"isolate {who} for {f.duration:.2f}s", [i])
@@ -234,8 +253,12 @@ class Nemesis:
         self._sleep_until(seconds, deadline)
 
     def heal_all(self) -> None:
-        """Heals the network, resumes every frozen member, restarts every dead one."""
+        """Heals the network, resumes every frozen member, restarts every dead one, and
+        puts every disk back."""
         self.net.heal()
+        for m in self.ens.members:
+            if (m.base_dir / "slowsync_ms").exists():
+                _write(m.base_dir / "slowsync_ms", "0")
         for i in sorted(self._paused):
             self.ens.sigcont(i)
         self._paused.clear()
@@ -244,6 +267,14 @@ class Nemesis:
                 self.ens.start(i, wait=False)
         self._killed.clear()
         self._event(None, "heal", "healed the network, resumed and restarted every member", kind="heal")
+
+
+def _write(path, value: str) -> None:
+    """Replaces a control file whole (a reader never sees half of it)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(value + "\n")
+    os.replace(tmp, path)
 
 
 def _m(members) -> str:

@@ -7,7 +7,7 @@ members, each in its own network namespace; the workloads' clients; the faults; 
 the final reads; the checks; the clean-up, also on failure) and the summaries.
 
     python3 compat-tests/nemesis/run.py --server warden|zookeeper --members 3 --schedules N \\
-        --seconds S --seed SEED [--faults kill,pause,partition] [--workloads registers,set,locks] \\
+        --seconds S --seed SEED [--faults kill,pause,partition[,disk]] [--workloads registers,set,locks] \\
         [--clients registers=5,set=3,locks=4] [--cfg snapCount=100 ...] --json OUT
 
 Schedule i uses seed SEED+i (replay one with --seed SEED+i --schedules 1). For each schedule
@@ -47,6 +47,24 @@ DEFAULT_CLIENTS = {"registers": 5, "set": 3, "locks": 4}
 RECOVERY_TIMEOUT = 45.0  # seconds after the heal for every workload to write again
 
 
+_SHIM: list[str] = []
+
+
+def slowsync_shim() -> str:
+    """compat-tests/slowsync.c built once per run (the disk faults)."""
+    if not _SHIM:
+        import subprocess
+        import tempfile
+        import atexit
+        d = tempfile.mkdtemp(prefix="nemesis-shim-")
+        atexit.register(shutil.rmtree, d, True)
+        out = os.path.join(d, "slowsync.so")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", out,
+                        os.path.join(os.path.dirname(HERE), "slowsync.c"), "-ldl"], check=True, timeout=60)
+        _SHIM.append(out)
+    return _SHIM[0]
+
+
 def _outage(times: list[float], start: float, end: float) -> tuple[float, float, float]:
     points = [start] + sorted(t for t in times if start <= t <= end) + [end]
     best = max(zip(points, points[1:]), key=lambda p: p[1] - p[0])
@@ -78,6 +96,8 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
                  "categories": list(categories), "workloads": list(names), "plan": [f.planned() for f in plan],
                  "anomalies": [], "errors": []}
     net = netns.Net(members)
+    if "disk" in categories:
+        net.slowsync_shim = slowsync_shim()
     ens = None
     wls: list = []
     admin = None
@@ -294,6 +314,8 @@ def run(kind: str, members: int, schedules: int, seconds: float, seed: int, cate
     why = netns.available()
     if why is not None:
         raise RuntimeError(f"the nemesis needs network namespaces: {why}")
+    if "disk" in categories and shutil.which("gcc") is None:
+        raise RuntimeError("the disk faults need gcc to build compat-tests/slowsync.c")
     os.environ["COMPAT_SERVER"] = kind
     out_stem = None
     if json_out:
