@@ -43,7 +43,7 @@ import netns  # noqa: E402
 import workloads  # noqa: E402
 from history import History  # noqa: E402
 
-DEFAULT_CLIENTS = {"registers": 5, "set": 3, "locks": 4}
+DEFAULT_CLIENTS = {"registers": 5, "set": 3, "locks": 4, "sessions": 4}
 RECOVERY_TIMEOUT = 45.0  # seconds after the heal for every workload to write again
 
 

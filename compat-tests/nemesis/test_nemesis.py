@@ -2,8 +2,9 @@
 COMPAT_SERVER (Warden, or Apache ZooKeeper 3.8 to prove the harness), each member in its own
 network namespace (root only; skipped otherwise).
 
-3 schedules x 60 s of kill -9 / SIGSTOP / partitions (isolate, split, bridge, one-way) while
-the registers, set and locks workloads run (run.py, workloads.py, faults.py); the test fails
+3 schedules x 60 s of kill -9 / SIGSTOP / partitions (isolate, split, bridge, one-way) / a slow
+disk while the registers, set, locks and sessions workloads run (run.py, workloads.py,
+faults.py); the test fails
 on any anomaly a check finds or any harness error, and prints every schedule's summary.
 COMPAT_NEMESIS_SEED pins the first seed (default: random, printed); a failing schedule is
 replayed with `python3 compat-tests/nemesis/run.py --seed <its seed> --schedules 1 --seconds 60`.
@@ -43,8 +44,9 @@ def test_nemesis_round(tmp_path):
         lines.append(s)
         print(s, flush=True)
 
-    out = nemesis_run.run(harness.default_kind(), 3, SCHEDULES, SECONDS, seed, ["kill", "pause", "partition"],
-                          ["registers", "set", "locks"], json_out=str(tmp_path / "nemesis.json"), log=log)
+    out = nemesis_run.run(harness.default_kind(), 3, SCHEDULES, SECONDS, seed,
+                          ["kill", "pause", "partition", "disk"], ["registers", "set", "locks", "sessions"],
+                          json_out=str(tmp_path / "nemesis.json"), log=log)
     tot = out["total"]
     report = "\n".join(nemesis_run.format_schedule(r) for r in out["schedules"])
     report += "\n" + nemesis_run.format_total(tot)

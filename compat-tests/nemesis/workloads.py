@@ -787,4 +787,162 @@ class Locks(Workload):
         return out
 
 
-WORKLOADS: dict[str, Callable] = {"registers": Registers, "set": SetAdds, "locks": Locks}
+# --------------------------------------------------------------------------------------------
+# sessions and ephemerals
+
+
+class Sessions(Workload):
+    """Each client keeps one ephemeral node of its current session and keeps looking at it.
+    A session that expires (kazoo then opens a new one, on the same member) is followed by a
+    synced look through the new session: the old node must be gone. Checks: a live session
+    never loses its ephemeral (a look that finds it missing, followed by any op that still
+    succeeds in that session); an ephemeral never outlives its expired session (the synced
+    look after the expiry, and, at the end, every member's list after sync: each node must
+    belong to a session that is still live, and each live session's node must be there)."""
+
+    name = "sessions"
+    write_types = ("eph-create", "eph-set")
+    op_types = ("eph-create", "eph-check", "eph-set", "eph-gone")
+
+    def _client(self, hostport: str) -> KazooClient:
+        # The shortest timeout the members grant (2 ticks): faults of 4-6 s then expire some
+        # sessions, which is what this workload looks at.
+        return make_client(hostport, session_timeout=4.0)
+
+    def setup(self, admin: KazooClient) -> None:
+        self.parent = f"{self.base}/eph"
+        admin.create(self.parent, b"", makepath=True)
+        self.current: dict[int, tuple] = {}  # client -> (session, node) acknowledged
+
+    def client_loop(self, c: int, zk: KazooClient, rng: random.Random) -> None:
+        h, member, t = self.history, self.member_of(c), self.op_timeout
+        cur, node, gen = None, None, 0
+        gone_pending: list[tuple] = []  # (expired session, its node) to look for
+        while not self.halt.is_set():
+            if not self.wait_connected(zk, rng):
+                continue
+            s = session_of(zk)
+            if s != cur:
+                if cur is not None and node is not None:
+                    gone_pending.append((cur, node))
+                self.current.pop(c, None)
+                cur, node = s, None
+            for old, old_node in list(gone_pending):
+                rec = h.invoke(f"e{c}", "eph-gone", old_node, {"session": old}, member=member)
+                try:
+                    zk.sync_async(old_node).get(timeout=t)
+                    left = max(0.1, t - (time.monotonic() - rec.invoke))
+                    st = zk.exists_async(old_node).get(timeout=left)
+                except (KazooException, KazooTimeoutError) as e:
+                    h.complete(rec, "fail", error=err(e))
+                    break
+                h.complete(rec, "ok", {"present": st is not None, "owner": st.ephemeralOwner if st else None},
+                           session=_same(s, zk))
+                gone_pending.remove((old, old_node))
+            if node is None:
+                gen += 1
+                path = f"{self.parent}/c{c}-{gen}"
+                rec = h.invoke(f"e{c}", "eph-create", path, {"session": s}, member=member)
+                try:
+                    zk.create_async(path, f"{s:x}".encode(), ephemeral=True).get(timeout=t)
+                except (KazooException, KazooTimeoutError) as e:
+                    # In doubt: if it was made, it belongs to this session and goes with it.
+                    h.complete(rec, "info", error=err(e))
+                    self.sleep(rng)
+                    continue
+                h.complete(rec, "ok", session=_same(s, zk))
+                if _same(s, zk) is None:
+                    continue  # the session changed under the create: look again from the top
+                node = path
+                self.current[c] = (s, node)
+            if rng.random() < 0.25:
+                # A write to it: the session's node takes writes while the session lives
+                # (NoNode here is a look that found it gone).
+                rec = h.invoke(f"e{c}", "eph-set", node, {"session": s}, member=member)
+                try:
+                    st = zk.set_async(node, f"{s:x}".encode()).get(timeout=t)
+                except NoNodeError as e:
+                    h.complete(rec, "ok", {"present": False, "owner": None}, error=err(e), session=_same(s, zk))
+                except (KazooException, KazooTimeoutError) as e:
+                    h.complete(rec, "info", error=err(e))
+                else:
+                    h.complete(rec, "ok", {"present": True, "owner": st.ephemeralOwner}, session=_same(s, zk))
+            else:
+                rec = h.invoke(f"e{c}", "eph-check", node, {"session": s}, member=member)
+                try:
+                    st = zk.exists_async(node).get(timeout=t)
+                except (KazooException, KazooTimeoutError) as e:
+                    h.complete(rec, "fail", error=err(e))
+                else:
+                    h.complete(rec, "ok", {"present": st is not None, "owner": st.ephemeralOwner if st else None},
+                               session=_same(s, zk))
+            self.halt.wait(rng.uniform(0.05, 0.15))
+
+    def final(self, hostports: list[str]) -> None:
+        """Every member's ephemerals with their owners, after sync; and which sessions were live
+        (connected, unchanged) before and after those reads."""
+        def live() -> dict:
+            return {c: v for c, v in self.current.items()
+                    if self.clients[c].state == KazooState.CONNECTED and session_of(self.clients[c]) == v[0]}
+        before = live()
+        views = {}
+        for m, hp in enumerate(hostports):
+            zk = make_client(hp)
+            try:
+                zk.sync(self.parent)
+                names = zk.get_children(self.parent)
+                stats = [(nm, zk.exists_async(f"{self.parent}/{nm}")) for nm in names]
+                views[m] = {}
+                for nm, r in stats:
+                    st = r.get(timeout=30)
+                    if st is not None:
+                        views[m][f"{self.parent}/{nm}"] = st.ephemeralOwner
+            except (KazooException, KazooTimeoutError) as e:
+                self.errors.append(f"final read of the ephemerals on member {m + 1}: {err(e)}")
+            finally:
+                close_client(zk)
+        after = live()
+        self.final_info["views"] = views
+        # Every client's session now (the clients are closed before the checks run).
+        self.final_info["current_sessions"] = [session_of(c) for c in self.clients]
+        self.final_info["live"] = {c: v for c, v in before.items() if after.get(c) == v}
+        self.final_info["sessions_started"] = len({op.args["session"] for op in self.history.ops("eph-create")})
+
+    def check(self) -> list[dict]:
+        out = []
+        by_session: dict[int, list] = {}
+        for op in self.history.ops():
+            if op.type in self.op_types and op.final_outcome == "ok" and op.session is not None:
+                by_session.setdefault(op.session, []).append(op)
+        for op in self.history.ops("eph-check") + self.history.ops("eph-set"):
+            if op.final_outcome != "ok" or op.session is None or op.result["present"]:
+                continue
+            later = [o for o in by_session.get(op.session, []) if o.invoke > op.complete]
+            if later:
+                out.append(anomaly(self.name, "lost-while-live",
+                                   f"session 0x{op.session:x} found its ephemeral gone, then went on",
+                                   [op.describe(), later[0].describe()]))
+        for op in self.history.ops("eph-gone"):
+            if op.final_outcome == "ok" and op.result["present"] and op.result["owner"] == op.args["session"]:
+                out.append(anomaly(self.name, "outlived", f"the ephemeral of expired session "
+                                   f"0x{op.args['session']:x} was still there after a synced look", [op.describe()]))
+        views = self.final_info.get("views") or {}
+        if not views:
+            return out + [anomaly(self.name, "no-final-read", "no member answered the final read", [])]
+        live = self.final_info.get("live") or {}
+        live_sessions = {s for s, _ in live.values()}
+        all_live = set(self.final_info.get("current_sessions") or [session_of(c) for c in self.clients])
+        for m, view in views.items():
+            for path, owner in view.items():
+                if owner not in all_live:
+                    out.append(anomaly(self.name, "outlived", f"member {m + 1} still holds {path} of session "
+                                       f"0x{owner:x}, which is not live", []))
+            for s, path in live.values():
+                if view.get(path) != s:
+                    out.append(anomaly(self.name, "lost", f"member {m + 1} lacks {path} of live session 0x{s:x}",
+                                       [f"owner there: {view.get(path)}"]))
+        self.final_info["live_sessions"] = len(live_sessions)
+        return out
+
+
+WORKLOADS: dict[str, Callable] = {"registers": Registers, "set": SetAdds, "locks": Locks, "sessions": Sessions}
