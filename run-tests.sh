@@ -12,8 +12,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 if [[ $(id -u) -eq 0 ]]; then
     bash compat-tests/install.sh
 fi
-# Tests run the Kerberos build (GSSAPI for clients); the default build is checked too.
-FEATURES=(--features warden/kerberos)
+# Tests run the Kerberos build (GSSAPI for clients) with the nemesis suite's crash points
+# (inert unless FAILPOINTS is set); the default build is checked too.
+FEATURES=(--features warden/kerberos,warden/failpoints)
 cargo build --workspace --all-targets "${FEATURES[@]}"
 cargo test --workspace "${FEATURES[@]}"
 cargo fmt --all -- --check

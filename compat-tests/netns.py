@@ -178,8 +178,11 @@ class NetMember(ensemble.Member):
         self.hostport = f"{self.host}:{self.port}"
         self._write_config()
 
+    # Environment for this member's next start only (the nemesis's crash points).
+    extra_env: dict[str, str] = {}
+
     def command(self) -> list[str]:
-        env = self.net.member_env(self.base_dir)
+        env = {**self.net.member_env(self.base_dir), **self.extra_env}
         pre = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
         return self.net.prefix(self.myid - 1) + pre + super().command()
 

@@ -34,6 +34,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod dispatch;
+pub mod failpoint;
 pub mod peer;
 pub mod raft;
 pub mod runtime;

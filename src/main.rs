@@ -156,6 +156,9 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    #[cfg(feature = "failpoints")]
+    let _failpoints = warden::failpoint::setup();
+
     if let Some(command) = args.command {
         return match tools::run(command) {
             Ok(()) => std::process::ExitCode::SUCCESS,

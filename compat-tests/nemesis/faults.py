@@ -11,6 +11,10 @@ time, each lasting a random few seconds and followed by a quiet gap:
   bridge     one member sees both halves of the others, the halves do not see each other
   oneway     one member's packets (the leader's, or a random member's) are dropped on their
              way to one other member or to all others; the reverse direction still works
+  crashpoint (Warden only: a build with the `failpoints` feature) a member is restarted with
+             one of its crash points armed (FAILPOINTS: log append before/after the write,
+             snapshot write and install before/after the rename, apply before/after), which
+             aborts it there within moments; it is restarted clean when the fault ends
   slowdisk   every fsync of a member (random or the leader) takes 50-500 ms longer (the
              compat-tests/slowsync.c shim, preloaded into every member, reads its delay from a
              file the nemesis writes)
@@ -48,7 +52,14 @@ CATEGORIES = {
     "pause": ("pause",),
     "partition": ("isolate", "split", "bridge", "oneway"),
     "disk": ("slowdisk",),
+    "failpoint": ("crashpoint",),
 }
+
+# Warden's crash points (src/failpoint.rs).
+CRASH_POINTS = (
+    "log-append-before", "log-append-after", "snapshot-write-before-rename", "snapshot-write-after-rename",
+    "snapshot-install-before-rename", "snapshot-install-after-rename", "apply-before", "apply-after",
+)
 
 
 @dataclasses.dataclass
@@ -195,6 +206,26 @@ class Nemesis:
                 self._paused.discard(i)
                 self._event(f, "end", f"SIGCONT member {i + 1}", [i])
             return end
+        if f.kind == "crashpoint":
+            point = CRASH_POINTS[int(f.draw * len(CRASH_POINTS))]
+            m = self.ens.members[i]
+            self._killed.add(i)  # it is meant to die: not a crash of its own
+            self.ens.kill(i)
+            m.extra_env = {"FAILPOINTS": f"{point}=10%return"}
+            self.ens.start(i, wait=False)
+            self._event(f, "start", f"restart {who} with crash point {point} armed (10% of passes) "
+                                    f"for {f.duration:.2f}s", [i])
+
+            def disarm():
+                m.extra_env = {}
+                died = not m.running
+                if not died:
+                    self.ens.kill(i)
+                self.ens.start(i, wait=False)
+                self._killed.discard(i)
+                self._event(f, "end", f"member {i + 1} {'had crashed at' if died else 'never reached'} {point}; "
+                                      f"restarted clean", [i])
+            return disarm
         if f.kind == "slowdisk":
             path = self.ens.members[i].base_dir / "slowsync_ms"
             ms = 50 + int(450 * f.draw)

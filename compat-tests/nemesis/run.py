@@ -7,7 +7,7 @@ members, each in its own network namespace; the workloads' clients; the faults; 
 the final reads; the checks; the clean-up, also on failure) and the summaries.
 
     python3 compat-tests/nemesis/run.py --server warden|zookeeper --members 3 --schedules N \\
-        --seconds S --seed SEED [--faults kill,pause,partition[,disk]] [--workloads registers,set,locks] \\
+        --seconds S --seed SEED [--faults kill,pause,partition[,disk,failpoint]] [--workloads registers,set,locks] \\
         [--clients registers=5,set=3,locks=4] [--cfg snapCount=100 ...] --json OUT
 
 Schedule i uses seed SEED+i (replay one with --seed SEED+i --schedules 1). For each schedule
@@ -43,7 +43,7 @@ import netns  # noqa: E402
 import workloads  # noqa: E402
 from history import History  # noqa: E402
 
-DEFAULT_CLIENTS = {"registers": 5, "set": 3, "locks": 4, "sessions": 4}
+DEFAULT_CLIENTS = {"registers": 5, "set": 3, "locks": 4, "sessions": 4, "watches": 4}
 RECOVERY_TIMEOUT = 45.0  # seconds after the heal for every workload to write again
 
 
@@ -121,6 +121,8 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
                 # readMode=linearizable, so must plain reads.
                 kw = {"horizon": seconds + 200, "strict_sync": kind == "warden",
                       "strict_plain": kind == "warden" and (cfg or {}).get("readMode") == "linearizable"}
+            if name == "sessions":
+                kw = {"strict_expiry": kind == "warden"}
             w = workloads.WORKLOADS[name](ens.hostports, history, base, rng, clients[name], **kw)
             w.offset = k
             w.setup(admin)
@@ -314,6 +316,12 @@ def run(kind: str, members: int, schedules: int, seconds: float, seed: int, cate
     why = netns.available()
     if why is not None:
         raise RuntimeError(f"the nemesis needs network namespaces: {why}")
+    if "failpoint" in categories and kind != "warden":
+        raise RuntimeError("crash points are Warden's (a build with the `failpoints` feature)")
+    if "failpoint" in categories:
+        # Snapshots often, and a short log kept after them, so the snapshot write and install
+        # points are passed too (a restarted member far enough behind gets a snapshot).
+        cfg = {"snapCount": "1000", "commitLogCount": "50", **(cfg or {})}
     if "disk" in categories and shutil.which("gcc") is None:
         raise RuntimeError("the disk faults need gcc to build compat-tests/slowsync.c")
     os.environ["COMPAT_SERVER"] = kind

@@ -3,8 +3,8 @@ COMPAT_SERVER (Warden, or Apache ZooKeeper 3.8 to prove the harness), each membe
 network namespace (root only; skipped otherwise).
 
 3 schedules x 60 s of kill -9 / SIGSTOP / partitions (isolate, split, bridge, one-way) / a slow
-disk while the registers, set, locks and sessions workloads run (run.py, workloads.py,
-faults.py); the test fails
+disk / (on Warden) a member restarted with a crash point armed while the registers, set, locks, sessions and watches workloads run (run.py,
+workloads.py, faults.py); the test fails
 on any anomaly a check finds or any harness error, and prints every schedule's summary.
 COMPAT_NEMESIS_SEED pins the first seed (default: random, printed); a failing schedule is
 replayed with `python3 compat-tests/nemesis/run.py --seed <its seed> --schedules 1 --seconds 60`.
@@ -44,8 +44,10 @@ def test_nemesis_round(tmp_path):
         lines.append(s)
         print(s, flush=True)
 
-    out = nemesis_run.run(harness.default_kind(), 3, SCHEDULES, SECONDS, seed,
-                          ["kill", "pause", "partition", "disk"], ["registers", "set", "locks", "sessions"],
+    kind = harness.default_kind()
+    # Crash points are Warden's own (run-tests.sh builds it with the `failpoints` feature).
+    faults = ["kill", "pause", "partition", "disk"] + (["failpoint"] if kind == "warden" else [])
+    out = nemesis_run.run(kind, 3, SCHEDULES, SECONDS, seed, faults, ["registers", "set", "locks", "sessions", "watches"],
                           json_out=str(tmp_path / "nemesis.json"), log=log)
     tot = out["total"]
     report = "\n".join(nemesis_run.format_schedule(r) for r in out["schedules"])

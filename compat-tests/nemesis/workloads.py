@@ -804,6 +804,15 @@ class Sessions(Workload):
     write_types = ("eph-create", "eph-set")
     op_types = ("eph-create", "eph-check", "eph-set", "eph-gone")
 
+    def __init__(self, *a, strict_expiry: bool = True, **kw):
+        super().__init__(*a, **kw)
+        # strict_expiry: once a client is told its session expired, a synced look must find
+        # its ephemeral gone. Warden promises it (a member answers Expired only after applying
+        # the session's close). ZooKeeper's leader may answer Expired to a reconnect while the
+        # close is still on its way (seen with seed 4323), so there such a look is noted in
+        # final_info["outlived_expiry_notice"], not counted; the final lists are strict on both.
+        self.strict_expiry = strict_expiry
+
     def _client(self, hostport: str) -> KazooClient:
         # The shortest timeout the members grant (2 ticks): faults of 4-6 s then expire some
         # sessions, which is what this workload looks at.
@@ -922,10 +931,16 @@ class Sessions(Workload):
                 out.append(anomaly(self.name, "lost-while-live",
                                    f"session 0x{op.session:x} found its ephemeral gone, then went on",
                                    [op.describe(), later[0].describe()]))
+        noted = []
         for op in self.history.ops("eph-gone"):
             if op.final_outcome == "ok" and op.result["present"] and op.result["owner"] == op.args["session"]:
+                if not self.strict_expiry:
+                    noted.append(op.describe())
+                    continue
                 out.append(anomaly(self.name, "outlived", f"the ephemeral of expired session "
                                    f"0x{op.args['session']:x} was still there after a synced look", [op.describe()]))
+        if noted:
+            self.final_info["outlived_expiry_notice"] = noted
         views = self.final_info.get("views") or {}
         if not views:
             return out + [anomaly(self.name, "no-final-read", "no member answered the final read", [])]
@@ -945,4 +960,128 @@ class Sessions(Workload):
         return out
 
 
-WORKLOADS: dict[str, Callable] = {"registers": Registers, "set": SetAdds, "locks": Locks, "sessions": Sessions}
+# --------------------------------------------------------------------------------------------
+# watches
+
+
+class Watches(Workload):
+    """Client 0 writes one key without pause; every other client watches it with kazoo's
+    one-shot data watch and reads it again only when its watch fires (or when its session
+    was replaced after an expiry, which drops watches): a watch lost anywhere -- across a
+    reconnect (setWatches), a failover, a member's restart -- leaves that client stuck on an
+    old value. Checks: each watcher's reads never go back within a session (mzxid order);
+    after the heal, a last write reaches every watcher (its watch fires and it reads the
+    value) within 20 s."""
+
+    name = "watches"
+    write_types = ("watch-write",)
+    op_types = ("watch-write", "watch-read")
+
+    def setup(self, admin: KazooClient) -> None:
+        self.key = f"{self.base}/watch"
+        admin.create(self.key, b"init", makepath=True)
+        self.writer_halt = threading.Event()
+        self.latest: dict[int, tuple] = {}  # watcher -> (value, mzxid) of its last read
+
+    def client_loop(self, c: int, zk: KazooClient, rng: random.Random) -> None:
+        if c == 0:
+            self._write_loop(zk, rng)
+        else:
+            self._watch_loop(c, zk, rng)
+
+    def _write_loop(self, zk: KazooClient, rng: random.Random) -> None:
+        h, t, n, gen = self.history, self.op_timeout, 0, 0
+        while not (self.halt.is_set() or self.writer_halt.is_set()):
+            if not self.wait_connected(zk, rng):
+                continue
+            n += 1
+            value = f"w-{n}"
+            rec = h.invoke(f"ww.{gen}", "watch-write", self.key, {"value": value}, member=self.member_of(0))
+            try:
+                st = zk.set_async(self.key, value.encode()).get(timeout=t)
+            except (KazooException, KazooTimeoutError) as e:
+                h.complete(rec, "info", error=err(e))
+                gen += 1
+            else:
+                h.complete(rec, "ok", {"mzxid": st.mzxid})
+            self.halt.wait(rng.uniform(0.02, 0.06))
+
+    def _watch_loop(self, c: int, zk: KazooClient, rng: random.Random) -> None:
+        h, t, member = self.history, self.op_timeout, self.member_of(c)
+        fired = threading.Event()
+        armed_in = None  # the session whose watch is set
+        while not self.halt.is_set():
+            if armed_in is not None:
+                # Wait for the watch alone; look up only to notice a replaced session.
+                if not fired.wait(0.25):
+                    if session_of(zk) == armed_in or zk.state != KazooState.CONNECTED:
+                        continue
+            if not self.wait_connected(zk, rng):
+                continue
+            fired.clear()
+            sid = session_of(zk)
+            rec = h.invoke(f"wr{c}", "watch-read", self.key, member=member)
+            try:
+                data, st = zk.get_async(self.key, watch=lambda _e: fired.set()).get(timeout=t)
+            except (KazooException, KazooTimeoutError) as e:
+                h.complete(rec, "fail", error=err(e))
+                armed_in = None
+                self.halt.wait(0.05)
+                continue
+            h.complete(rec, "ok", {"data": data.decode(), "mzxid": st.mzxid}, session=_same(sid, zk))
+            self.latest[c] = (data.decode(), st.mzxid)
+            armed_in = sid
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stops the writer only: the watchers keep watching for the final write."""
+        self.writer_halt.set()
+        if self.threads:
+            self.threads[0].join(timeout)
+
+    def final(self, hostports: list[str]) -> None:
+        """A last write through a fresh session; then every watcher must read it."""
+        zk = make_client(hostports[0])
+        value = f"final-{time.monotonic():.3f}"
+        try:
+            st = zk.set(self.key, value.encode())
+        except (KazooException, KazooTimeoutError) as e:
+            self.errors.append(f"the final write of the watched key: {err(e)}")
+            return
+        finally:
+            close_client(zk)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if all(self.latest.get(c, ("", 0))[0] == value for c in range(1, self.n_clients)):
+                break
+            time.sleep(0.05)
+        self.final_info["final"] = {"value": value, "mzxid": st.mzxid}
+        self.final_info["seen"] = {c: self.latest.get(c) for c in range(1, self.n_clients)}
+        super().stop()
+
+    def check(self) -> list[dict]:
+        out = []
+        fin = self.final_info.get("final")
+        if fin is None:
+            return [anomaly(self.name, "no-final-write", "the final write did not happen", [])]
+        for c, seen in self.final_info["seen"].items():
+            if seen is None or seen[0] != fin["value"]:
+                reads = [op for op in self.history.ops("watch-read") if op.process == f"wr{c}"]
+                out.append(anomaly(self.name, "lost-watch",
+                                   f"watcher {c} (member {self.member_of(c) + 1}) never read the final write "
+                                   f"(mzxid 0x{fin['mzxid']:x}) within 20 s; it last read {seen}",
+                                   [op.describe() for op in reads[-3:]]))
+        last: dict[tuple, object] = {}
+        for op in self.history.ops("watch-read"):
+            if op.final_outcome != "ok" or op.session is None:
+                continue
+            k = (op.process, op.session)
+            prev = last.get(k)
+            if prev is not None and op.result["mzxid"] < prev.result["mzxid"]:
+                out.append(anomaly(self.name, "went-back", f"{op.process} read an older value than before "
+                                   "in the same session", [prev.describe(), op.describe()]))
+            last[k] = op
+        return out
+
+
+WORKLOADS: dict[str, Callable] = {"registers": Registers, "set": SetAdds, "locks": Locks, "sessions": Sessions,
+                                  "watches": Watches}

@@ -665,7 +665,9 @@ fn commit(
                     .map(|e| postcard::to_stdvec(e).map(|b| (e.log_id.index, b)))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(text)?;
+                crate::crash_point!("log-append-before");
                 lock(segments).append(&records).map_err(text)?;
+                crate::crash_point!("log-append-after");
                 let took = started.elapsed();
                 metrics::histogram!(names::FSYNC_SECONDS).record(took.as_secs_f64());
                 slow.check(took, entries.len(), || records.iter().map(|(_, b)| b.len()).sum());

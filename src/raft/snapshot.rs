@@ -159,8 +159,10 @@ pub(super) fn write_snapshot_with(
         f.metadata()?.len()
     };
     let reader = std::fs::File::open(&tmp)?;
+    crate::crash_point!("snapshot-write-before-rename");
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
+    crate::crash_point!("snapshot-write-after-rename");
     remove_older_snapshots(dir, &path)?;
     Ok((size, reader))
 }
@@ -238,8 +240,10 @@ pub(super) fn receiving_path(dir: &Path, file: &std::fs::File) -> std::io::Resul
 pub(super) fn install_snapshot_file(dir: &Path, received: &Path, last: &Option<LogId>) -> std::io::Result<u64> {
     let path = snapshot_path(dir, last);
     let size = std::fs::metadata(received)?.len();
+    crate::crash_point!("snapshot-install-before-rename");
     std::fs::rename(received, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
+    crate::crash_point!("snapshot-install-after-rename");
     remove_older_snapshots(dir, &path)?;
     Ok(size)
 }

@@ -242,7 +242,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             batch.push(item?);
         }
         let (entries, responders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        crate::crash_point!("apply-before");
         let results = self.apply_entries(entries);
+        crate::crash_point!("apply-after");
         // openraft's `client_write` waits for the responder of each entry proposed here.
         for (responder, r) in responders.into_iter().zip(results) {
             if let Some(responder) = responder {
