@@ -113,6 +113,30 @@ def err(e: BaseException) -> str:
     return f"{type(e).__name__}{e.args if e.args else ''}"
 
 
+def synced_listing(hostports: list[str], parent: str, read: Callable, keep: Callable, errors: list[str],
+                   what: str) -> dict:
+    """Every member's children of `parent` after sync: {member: {path: keep(result)}}, with
+    `read(zk, path)` an async read of one child and `keep` its value (None drops the child)."""
+    views = {}
+    for m, hp in enumerate(hostports):
+        zk = make_client(hp)
+        try:
+            zk.sync(parent)
+            names = zk.get_children(parent)
+            pending = [(f"{parent}/{nm}", read(zk, f"{parent}/{nm}")) for nm in names]
+            view = {}
+            for path, r in pending:
+                value = keep(r.get(timeout=30))
+                if value is not None:
+                    view[path] = value
+            views[m] = view
+        except (KazooException, KazooTimeoutError) as e:
+            errors.append(f"final read of the {what} on member {m + 1}: {err(e)}")
+        finally:
+            close_client(zk)
+    return views
+
+
 def anomaly(workload: str, kind: str, message: str, evidence: list[str]) -> dict:
     return {"workload": workload, "kind": kind, "message": message, "evidence": evidence}
 
@@ -554,19 +578,8 @@ class SetAdds(Workload):
 
     def final(self, hostports: list[str]) -> None:
         """Every member's children of the set, with their data, after sync."""
-        views = {}
-        for m, hp in enumerate(hostports):
-            zk = make_client(hp)
-            try:
-                zk.sync(self.parent)
-                names = zk.get_children(self.parent)
-                results = [(nm, zk.get_async(f"{self.parent}/{nm}")) for nm in names]
-                views[m] = {f"{self.parent}/{nm}": r.get(timeout=30)[0].decode() for nm, r in results}
-            except (KazooException, KazooTimeoutError) as e:
-                self.errors.append(f"final read of the set on member {m + 1}: {err(e)}")
-            finally:
-                close_client(zk)
-        self.final_info["views"] = views
+        self.final_info["views"] = synced_listing(hostports, self.parent, lambda zk, p: zk.get_async(p),
+                                                  lambda r: r[0].decode(), self.errors, "set")
 
     def check(self) -> list[dict]:
         out = []
@@ -894,22 +907,8 @@ class Sessions(Workload):
             return {c: v for c, v in self.current.items()
                     if self.clients[c].state == KazooState.CONNECTED and session_of(self.clients[c]) == v[0]}
         before = live()
-        views = {}
-        for m, hp in enumerate(hostports):
-            zk = make_client(hp)
-            try:
-                zk.sync(self.parent)
-                names = zk.get_children(self.parent)
-                stats = [(nm, zk.exists_async(f"{self.parent}/{nm}")) for nm in names]
-                views[m] = {}
-                for nm, r in stats:
-                    st = r.get(timeout=30)
-                    if st is not None:
-                        views[m][f"{self.parent}/{nm}"] = st.ephemeralOwner
-            except (KazooException, KazooTimeoutError) as e:
-                self.errors.append(f"final read of the ephemerals on member {m + 1}: {err(e)}")
-            finally:
-                close_client(zk)
+        views = synced_listing(hostports, self.parent, lambda zk, p: zk.exists_async(p),
+                               lambda st: st.ephemeralOwner if st is not None else None, self.errors, "ephemerals")
         after = live()
         self.final_info["views"] = views
         # Every client's session now (the clients are closed before the checks run).

@@ -205,7 +205,8 @@ async fn serve_halves<R, W>(
     let mut done_seq = 0u64;
     let mut large: VecDeque<(u64, u64)> = VecDeque::new();
     let mut held: Option<(jute::RequestHeader, jute::Request, Instant)> = None;
-    let mut recheck = Box::pin(tokio::time::sleep(Duration::ZERO));
+    // Made only while a request is held: an idle connection carries no timer.
+    let mut recheck: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     // Replies fed to the writer and not flushed yet: they go out in one write once no
     // request already read is left to answer.
     let mut unflushed = false;
@@ -315,11 +316,14 @@ async fn serve_halves<R, W>(
                 }
             },
             // The request throttle held the last request read: look again.
-            () = &mut recheck, if held.is_some() => {
+            () = async { match recheck.as_mut() { Some(sleep) => sleep.await, None => std::future::pending().await } }, if held.is_some() => {
                 if let Some(wait) = admission.must_wait(true) {
-                    recheck.as_mut().reset(tokio::time::Instant::now() + wait);
+                    if let Some(sleep) = recheck.as_mut() {
+                        sleep.as_mut().reset(tokio::time::Instant::now() + wait);
+                    }
                     continue;
                 }
+                recheck = None;
                 let Some((header, request, read_at)) = held.take() else { continue };
                 admission.hold(false);
                 let (job, last) = requests.job(header.xid, request, read_at);
@@ -366,7 +370,7 @@ async fn serve_halves<R, W>(
                         metrics::counter!(admission::names::REQUEST_THROTTLE_WAIT_COUNT).increment(1);
                         admission.hold(true);
                         held = Some((header, request, now));
-                        recheck.as_mut().reset(tokio::time::Instant::now() + wait);
+                        recheck = Some(Box::pin(tokio::time::sleep(wait)));
                         continue;
                     }
                 }
