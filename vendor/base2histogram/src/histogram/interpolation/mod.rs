@@ -1,0 +1,5 @@
+mod cumulative_count;
+mod interpolator;
+
+pub use cumulative_count::CumulativeCount;
+pub use interpolator::Interpolator;
