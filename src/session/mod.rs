@@ -297,6 +297,9 @@ impl SessionTracker {
     }
 }
 
+/// Most CloseSession txns the expirer puts in one Raft entry.
+const CLOSE_BATCH: usize = 256;
+
 /// How often the expirer looks and a follower sends its touches: a quarter tick, within
 /// 20-500 ms.
 pub fn period(tick_ms: u32) -> Duration {
@@ -330,26 +333,38 @@ pub async fn expire(
             was_leader = true;
         }
         let known: Vec<(i64, i32)> = tree.read().sessions().map(|(id, s)| (*id, s.timeout_ms)).collect();
-        for session_id in tracker.expired(known.into_iter()) {
-            let (raft, tracker) = (raft.clone(), tracker.clone());
+        let expired = tracker.expired(known.into_iter());
+        // Sessions that expire together are closed together: up to CLOSE_BATCH CloseSession
+        // txns per Raft entry (one append, one fsync), each still its own txn and zxid. An
+        // expiry storm of thousands of sessions is then a few entries, not thousands.
+        for chunk in expired.chunks(CLOSE_BATCH) {
+            let (raft, tracker, sessions) = (raft.clone(), tracker.clone(), chunk.to_vec());
             tokio::spawn(async move {
-                let txn = Txn {
-                    session_id: 0,
-                    time_ms: crate::clock::now_ms(),
-                    auth: Default::default(),
-                    op: TxnOp::CloseSession { session_id },
-                };
+                let time_ms = crate::clock::now_ms();
+                let txns = sessions
+                    .iter()
+                    .map(|&session_id| Txn {
+                        session_id: 0,
+                        time_ms,
+                        auth: Default::default(),
+                        op: TxnOp::CloseSession { session_id },
+                    })
+                    .collect();
                 // Only as leader, never forwarded: a leader that was frozen and does not yet
                 // know it was replaced cannot commit this.
-                match raft.propose(TxnBatch::new(vec![txn])).await {
+                match raft.propose(TxnBatch::new(txns)).await {
                     Ok(_) => {
-                        metrics::counter!("warden_sessions_expired").increment(1);
-                        tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
-                        tracker.remove(session_id);
+                        metrics::counter!("warden_sessions_expired").increment(sessions.len() as u64);
+                        for &session_id in &sessions {
+                            tracing::info!(session = format_args!("{session_id:#x}"), "session expired");
+                            tracker.remove(session_id);
+                        }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "closing an expired session failed; will retry");
-                        tracker.retry_close(session_id);
+                        tracing::warn!(error = %e, sessions = sessions.len(), "closing expired sessions failed; will retry");
+                        for &session_id in &sessions {
+                            tracker.retry_close(session_id);
+                        }
                     }
                 }
             });
