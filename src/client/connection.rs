@@ -47,6 +47,9 @@ fn notification(e: Event) -> ServerMessage {
 const READ_BUFFER: usize = 2048;
 /// A connection's first write buffer (see [`READ_BUFFER`]).
 const WRITE_BUFFER: usize = 512;
+/// Most queued watch events written out with one flush.
+const EVENTS_PER_WRITE: usize = 1024;
+
 /// Queued replies past which the writer flushes before taking more: tokio-util's default,
 /// which `with_capacity` would otherwise lower to [`WRITE_BUFFER`].
 const WRITE_BACKPRESSURE: usize = 8 * 1024;
@@ -282,6 +285,14 @@ async fn serve_halves<R, W>(
             }
             Some(e) = ev_rx.next() => {
                 events.push_back(e);
+                // Every event already queued goes out in this one write (a watch storm queues
+                // hundreds per connection at once; a write each would cost a syscall each).
+                // They are of applied changes, so sending them ahead of a later reply keeps
+                // ZooKeeper's order.
+                while events.len() < EVENTS_PER_WRITE {
+                    let Ok(e) = ev_rx.try_recv() else { break };
+                    events.push_back(e);
+                }
                 let mut failed = false;
                 while let Some(e) = events.pop_front() {
                     port.stats.packet_sent(None);
