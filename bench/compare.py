@@ -78,8 +78,15 @@ THROUGHPUT_WORKLOADS = [
     ("mixed 90/10", ["--workload", "mixed", "--read-ratio", "0.9"]),
 ]
 LATENCY_WORKLOADS = ["get", "create", "set"]
-ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues", "wideparent", "overload"]
-ENSEMBLE_PHASES = ["throughput", "latency", "bigvalues"]  # the phases --ensemble supports
+ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues", "wideparent", "overload",
+              "storms", "cpu", "idle"]
+ENSEMBLE_PHASES = ["throughput", "latency", "bigvalues", "cpu"]  # the phases --ensemble supports
+# The default standalone run leaves out `cpu` (its target is set on a 3-member ensemble).
+DEFAULT_STANDALONE_PHASES = [p for p in ALL_PHASES if p != "cpu"]
+STORM_TARGET = 0.5  # storms: time to finish and the unrelated client's p99, ratio <= this
+CPU_TARGET = 0.33  # cpu: CPU-seconds per 1,000 ops summed over members, ratio <= this
+IDLE_TARGET = 0.25  # idle: RSS of a fresh server that served one client, ratio <= this
+IDLE_SETTLE_S = 10.0
 KINDS = ["zookeeper", "warden"]
 LABEL = {"zookeeper": "ZooKeeper", "warden": "Warden"}
 
@@ -654,15 +661,18 @@ def sum_cpu_s(pids: list[int | None]) -> float | None:
 # ---------------------------------------------------------------------------
 # warden-bench runner
 # ---------------------------------------------------------------------------
-def run_bench(opts, servers: int | str, args: list[str], timeout: float) -> dict:
-    """warden-bench --json against `servers`: a port on HOST or a host:port,... list."""
+def run_bench(opts, servers: int | str, args: list[str], timeout: float, tool: str = "warden-bench") -> dict:
+    """warden-bench --json (or with tool="cload", bench/cload on ZooKeeper's C client) against
+    `servers`: a port on HOST or a host:port,... list."""
     if isinstance(servers, int):
         servers = f"{HOST}:{servers}"
     tls = []
     if opts.tls:
         m = opts.tls_material
         tls = ["--tls-ca", m["ca"], "--tls-cert", m["client_cert"], "--tls-key", m["client_key"]]
-    cmd = [opts.bench_bin_run, "--servers", servers, "--json", *tls, *args]
+    binary = opts.cload_bin_run if tool == "cload" else opts.bench_bin_run
+    procs = ["--procs", str(opts.load_procs)] if tool == "cload" else []
+    cmd = [binary, "--servers", servers, "--json", *tls, *procs, *args]
     proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -1050,10 +1060,14 @@ def phase_pairs(opts, results: dict, phase: str, rows: list[tuple[str, list[str]
     """Fresh server (or ensemble) per run; per row, rounds go ZooKeeper, Warden, ZooKeeper, Warden, ..."""
     out = results.setdefault(phase, {})
     topo = topology(opts)
+    # --load-tool cload drives the throughput rows with ZooKeeper's C client instead.
+    tool = opts.load_tool if phase == "throughput" else "warden-bench"
     for name, bargs in rows:
         # Ensemble rows carry the topology in their name (Markdown and JSON); "workload" keeps
         # the bare name for the targets.
         key = name if not opts.ensemble else f"{name} ({topo})"
+        if tool == "cload":
+            key += " [C client]"
         row = out.setdefault(key, {"workload": name, "topology": topo, "args": bargs,
                                    "runs": {k: [] for k in KINDS}})
         for r in range(opts.rounds):
@@ -1078,14 +1092,18 @@ def phase_pairs(opts, results: dict, phase: str, rows: list[tuple[str, list[str]
                     if opts.warmup > 0:
                         # Same workload, unmeasured, on the same fresh server (JIT / caches warm).
                         wargs = list(bargs)
+                        if "--cpu-pids" in wargs:
+                            del wargs[wargs.index("--cpu-pids"):wargs.index("--cpu-pids") + 2]
                         wargs[wargs.index("--duration") + 1] = str(opts.warmup)
-                        wres = run_bench(opts, tgt.bench_servers, wargs, bench_timeout(opts))
+                        wres = run_bench(opts, tgt.bench_servers, wargs, bench_timeout(opts), tool)
                         if "failed" in wres:
                             log(f"  warmup failed: {wres['failed']}")
                     pids = tgt.pids
+                    # "{pids}" in a row's arguments stands for the server PIDs (warden-bench --cpu-pids).
+                    run_args = [",".join(str(p) for p in pids if p) if a == "{pids}" else a for a in bargs]
                     cpu0, m0, ru0 = sum_cpu_s(pids), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.monotonic()
-                    res = run_bench(opts, tgt.bench_servers, bargs, bench_timeout(opts))
+                    res = run_bench(opts, tgt.bench_servers, run_args, bench_timeout(opts), tool)
                     wall = time.monotonic() - t0
                     cpu1, m1, ru1 = sum_cpu_s(pids), machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
                     res["server_rss_end"] = tgt.rss()
@@ -1281,6 +1299,79 @@ def phase_overload(opts, results):
                 log(f"  ops/s {res.get('ops_per_sec')} probe p99 {res.get('probe_p99_ms')} ms max "
                     f"{res.get('probe_max_ms')} failures {res.get('probe_failures')} rss +{mib(res.get('rss_growth'))}"
                     f"{' ' + res['failed'] if 'failed' in res else ''}")
+
+
+def phase_cpu(opts, results):
+    """Issue 43's CPU per operation: 90/10 mixed offered at a fixed --cpu-rate (default 20,000
+    ops/s) over 16 sessions, CPU-seconds (user + system) of the server(s) over the measured
+    window per 1,000 successful operations (warden-bench --rate --cpu-pids)."""
+    rows = [(f"mixed 90/10 at {opts.cpu_rate:,} ops/s",
+             ["--workload", "mixed", "--read-ratio", "0.9", "--clients", "16", "--inflight", "8", "--size", "100",
+              "--rate", str(opts.cpu_rate), "--cpu-pids", "{pids}", "--duration", str(opts.duration)])]
+    phase_pairs(opts, results, "cpu", rows)
+
+
+def phase_storms(opts, results):
+    """Issue 43's storms, standalone, a fresh server per run, alternating ZooKeeper and Warden:
+    --storm-sessions sessions with an ephemeral each lose their connections at once (session
+    timeout --storm-timeout ms), and --storm-nodes nodes watched by 10 sessions each (of
+    --storm-nodes / 10 sessions) all set by one multi. Each run also reports an unrelated
+    client's read and write latencies during the storm and just before it."""
+    out = results.setdefault("storms", {})
+    kinds = [
+        ("expiry", ["--workload", "expiry-storm", "--clients", str(opts.storm_sessions),
+                    "--session-timeout", str(opts.storm_timeout)]),
+        ("watch", ["--workload", "watch-storm", "--nodes", str(opts.storm_nodes), "--watchers-per-node", "10",
+                   "--clients", str(max(1, opts.storm_nodes // 10))]),
+    ]
+    for name, bargs in kinds:
+        row = out.setdefault(name, {"args": bargs, "runs": {k: [] for k in KINDS}})
+        for r in range(opts.rounds):
+            for kind in KINDS:
+                log(f"storms {name}: round {r + 1}/{opts.rounds} {LABEL[kind]}")
+                with Server(kind, opts, f"storm-{name}-{r}") as srv:
+                    try:
+                        srv.start()
+                    except RuntimeError as e:
+                        row["runs"][kind].append({"failed": f"start: {e}"})
+                        continue
+                    res = run_bench(opts, srv.port, bargs, 900)
+                    res["server_rss_end"] = srv.rss()
+                # Flatten the fields the report compares.
+                if "failed" not in res:
+                    res["finish_ms"] = res.get("storm_ms") if name == "expiry" else res.get("last_event_ms")
+                    for w in ("read", "write"):
+                        res[f"probe_{w}_p99_ms"] = ((res.get("probe_storm") or {}).get(w) or {}).get("p99_ms")
+                        res[f"probe_{w}_p99_before_ms"] = ((res.get("probe_before") or {}).get(w) or {}).get("p99_ms")
+                row["runs"][kind].append(res)
+                log(f"  finish {res.get('finish_ms')} ms, probe p99 read {res.get('probe_read_p99_ms')} / write "
+                    f"{res.get('probe_write_p99_ms')} ms (before: {res.get('probe_read_p99_before_ms')} / "
+                    f"{res.get('probe_write_p99_before_ms')}){' ' + res['failed'] if 'failed' in res else ''}")
+
+
+def phase_idle(opts, results):
+    """Issue 43's idle footprint: a fresh standalone server serves one client (a create and a
+    getData), which disconnects; IDLE_SETTLE_S later its RSS (VmRSS, with RssAnon/RssFile).
+    Alternating ZooKeeper and Warden over --rounds."""
+    out = results.setdefault("idle", {"settle_s": IDLE_SETTLE_S, "runs": {k: [] for k in KINDS}})
+    for r in range(opts.rounds):
+        for kind in KINDS:
+            log(f"idle: round {r + 1}/{opts.rounds} {LABEL[kind]}")
+            with Server(kind, opts, f"idle-{r}") as srv:
+                try:
+                    srv.start()
+                    c = JuteConn(srv.port)
+                    if c.create("/idle", b"x") != 0 or c.get_data("/idle")[0] != 0:
+                        raise RuntimeError("create/getData of /idle failed")
+                    c.close()
+                except (OSError, RuntimeError, ConnectionError, struct.error) as e:
+                    out["runs"][kind].append({"failed": f"start: {e!r}"})
+                    continue
+                time.sleep(IDLE_SETTLE_S)
+                d = rss_detail(srv.pid) or {}
+                res = {"rss": d.get("VmRSS"), "detail": d}
+            out["runs"][kind].append(res)
+            log(f"  RSS {mib(res.get('rss'))} (anon {mib(d.get('RssAnon'))}, file {mib(d.get('RssFile'))})")
 
 
 def phase_latency(opts, results):
@@ -1526,6 +1617,9 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
         f"{m.get('nproc')} cores as the server under test**, so absolute numbers are lower than on "
         "separate machines and a server that burns less CPU leaves more for the client."
     )
+    if meta.get("load_tool"):
+        L.append(f"- Throughput load generator: {meta['load_tool']}, same sessions x in flight and values as "
+                 "warden-bench's; rows marked [C client].")
     if ens:
         L.append(f"- **{topo}**: throughput clients are spread round-robin over all {opts.ensemble} members "
                  "(`warden-bench --servers` with every client port, myid order); the latency client talks to "
@@ -1797,6 +1891,76 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
             L.append("")
         L.append("")
 
+    if "idle" in results:
+        L.append("## Idle footprint — standalone")
+        L.append("")
+        L.append(f"VmRSS of a fresh server {IDLE_SETTLE_S:g} s after it served one client (a create and a getData). "
+                 f"Target: Warden/ZooKeeper <= {IDLE_TARGET:g}.")
+        L.append("")
+        L.append("| server | RSS per round | RssAnon / RssFile per round |")
+        L.append("|---|---|---|")
+        for kind in KINDS:
+            runs = results["idle"]["runs"][kind]
+            detail = ", ".join("FAIL" if (not r or "failed" in r) else
+                               f"{mib(r['detail'].get('RssAnon'))} / {mib(r['detail'].get('RssFile'))}" for r in runs)
+            L.append(f"| {LABEL[kind]} | {', '.join(mib(r.get('rss')) for r in runs if r)} | {detail} |")
+        st = stats3(paired_ratios(results["idle"]["runs"]["zookeeper"], results["idle"]["runs"]["warden"], "rss"))
+        L.append("")
+        L.append(f"Warden/ZooKeeper RSS, min / median / max: {fmt_stats3(st, 3)} "
+                 f"(target met: {verdict(st, IDLE_TARGET, False)})")
+        L.append("")
+
+    if "cpu" in results:
+        L.append(f"## CPU per operation — {topo}, a fixed offered load")
+        L.append("")
+        L.append("CPU-seconds (user + system) of the server" + (f"s, summed over the {opts.ensemble} members," if ens else ",")
+                 + " over the measured window, per 1,000 successful operations (warden-bench `--rate --cpu-pids`). "
+                 f"Target: Warden/ZooKeeper <= {CPU_TARGET:g}.")
+        L.append("")
+        L.append("| load | ZooKeeper CPU-s/1,000 ops per round | Warden per round | ZooKeeper ops/s | Warden ops/s | "
+                 "ratio min / med / max | target met |")
+        L.append("|---|---|---|---|---|---|---|")
+        for name, row in results["cpu"].items():
+            zk, wd = row["runs"]["zookeeper"], row["runs"]["warden"]
+            st = stats3(paired_ratios(zk, wd, "cpu_s_per_1000_ops"))
+            L.append(f"| {name} | {raw_list(zk, 'cpu_s_per_1000_ops')} | {raw_list(wd, 'cpu_s_per_1000_ops')} | "
+                     f"{raw_list(zk, 'ops_per_sec', 0)} | {raw_list(wd, 'ops_per_sec', 0)} | {fmt_stats3(st, 3)} | "
+                     f"{verdict(st, CPU_TARGET, False)} |")
+        L.append("")
+
+    if "storms" in results:
+        L.append("## Storms — standalone")
+        L.append("")
+        L.append("expiry: sessions with one ephemeral each drop their connections at once; finish = the first "
+                 "ephemeral's deletion to the last one's (an observer polls the parent every 5 ms). watch: one "
+                 "multi sets every watched node; finish = the multi sent to the last event. The probe is an "
+                 "unrelated session alternating getData and setData of its own node, one at a time: its p99 "
+                 "during the storm (and in the 1.5 s before it). "
+                 f"Target: Warden/ZooKeeper <= {STORM_TARGET:g} for finish and both p99s.")
+        L.append("")
+        L.append("| storm | server | finish ms per round | probe read p99 ms | probe write p99 ms | "
+                 "before: read / write p99 ms | storm size |")
+        L.append("|---|---|---|---|---|---|---|")
+        for name, row in results["storms"].items():
+            for kind in KINDS:
+                runs = row["runs"][kind]
+                before = ", ".join("FAIL" if (not r or "failed" in r) else
+                                   f"{fmt_num(r.get('probe_read_p99_before_ms'))} / "
+                                   f"{fmt_num(r.get('probe_write_p99_before_ms'))}" for r in runs)
+                size = next((f"{r.get('ephemerals')} ephemerals of {r.get('sessions')} sessions" if name == "expiry"
+                             else f"{r.get('events')} of {r.get('watches')} events, {r.get('nodes')} nodes"
+                             for r in ok_runs(runs) if r), "n/a")
+                L.append(f"| {name} | {LABEL[kind]} | {raw_list(runs, 'finish_ms')} | "
+                         f"{raw_list(runs, 'probe_read_p99_ms')} | {raw_list(runs, 'probe_write_p99_ms')} | "
+                         f"{before} | {size} |")
+            for field in ("finish_ms", "probe_read_p99_ms", "probe_write_p99_ms"):
+                st = stats3(paired_ratios(row["runs"]["zookeeper"], row["runs"]["warden"], field))
+                L.append("")
+                L.append(f"{name}: Warden/ZooKeeper {field}, min / median / max: {fmt_stats3(st, 3)} "
+                         f"(target met: {verdict(st, STORM_TARGET, False)})")
+            L.append("")
+        L.append("")
+
     if meta.get("problems"):
         L.append("## Problems during the run")
         L.append("")
@@ -1856,13 +2020,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tls", action="store_true",
                     help="clients connect with TLS and a client certificate (both servers: port unification, "
                          "PEM stores made with openssl; ZooKeeper on its Netty factory)")
+    ap.add_argument("--load-tool", choices=["warden-bench", "cload"], default="warden-bench",
+                    help="load generator of the throughput phase: warden-bench, or bench/cload/cload.c, built here "
+                         "with gcc on ZooKeeper's single-threaded C client (Debian's libzookeeper-st-dev): an "
+                         "independent client that does its own encoding and session handling")
+    ap.add_argument("--load-procs", type=int, default=2,
+                    help="with --load-tool cload: processes the sessions are split over (the library runs one "
+                         "thread per process, which alone cannot load either server)")
+    ap.add_argument("--storm-sessions", type=int, default=10_000,
+                    help="storms: sessions (each with one ephemeral) whose connections drop at once")
+    ap.add_argument("--storm-timeout", type=int, default=4000,
+                    help="storms: their session timeout, ms (ZooKeeper's minimum at tickTime=2000 is 4000)")
+    ap.add_argument("--storm-nodes", type=int, default=10_000,
+                    help="storms: nodes set by one multi, each watched by 10 sessions (of nodes/10 sessions)")
+    ap.add_argument("--cpu-rate", type=int, default=20_000,
+                    help="cpu: the fixed offered load, ops/s over all 16 sessions")
     ap.add_argument("--ensemble-start-timeout", type=float, default=180.0,
                     help="seconds to wait for a fresh ensemble to elect a leader and serve on every member")
     opts = ap.parse_args(argv)
     if opts.ensemble and (opts.ensemble < 3 or opts.ensemble % 2 == 0):
         ap.error("--ensemble N needs an odd N >= 3 (e.g. --ensemble 3), or 0 for standalone")
     if opts.phases is None:
-        opts.phases = ",".join(ENSEMBLE_PHASES if opts.ensemble else ALL_PHASES)
+        opts.phases = ",".join(ENSEMBLE_PHASES if opts.ensemble else DEFAULT_STANDALONE_PHASES)
     phases = [p.strip() for p in opts.phases.split(",") if p.strip()]
     bad = [p for p in phases if p not in ALL_PHASES]
     if bad:
@@ -1872,6 +2051,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                  f"--phases {','.join(ENSEMBLE_PHASES)} (or a subset), and run the others in a separate "
                  "standalone invocation")
     opts.phase_list = phases
+    if opts.load_tool == "cload" and opts.tls:
+        ap.error("--load-tool cload has no TLS; leave out --tls")
     if opts.rounds < 1 or opts.duration <= 0 or opts.znodes < 1 or opts.sessions < 1 or opts.watchers < 1:
         ap.error("--rounds, --duration, --znodes, --sessions and --watchers must be positive")
     return opts
@@ -1903,7 +2084,7 @@ def main(argv=None) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ValueError, OSError):
         pass
-    need = max(opts.sessions, opts.watchers) + 200
+    need = max(opts.sessions, opts.watchers, opts.storm_sessions) + 200
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     problems: list[str] = []
     if hard != resource.RLIM_INFINITY and hard < need:
@@ -1925,6 +2106,18 @@ def main(argv=None) -> int:
         opts.bench_bin_run = str(bindir / "warden-bench")
         shutil.copy2(opts.warden_bin, opts.warden_bin_run)
         shutil.copy2(opts.bench_bin, opts.bench_bin_run)
+        # compat-tests/harness.py checks WARDEN_BIN before it starts a member (whose command
+        # line is ours): point it at the binary the members run, not at a debug build.
+        os.environ["WARDEN_BIN"] = opts.warden_bin_run
+        opts.cload_bin_run = str(bindir / "cload")
+        if opts.load_tool == "cload":
+            build = subprocess.run(["gcc", "-O2", "-o", opts.cload_bin_run, str(REPO_ROOT / "bench/cload/cload.c"),
+                                    "-lzookeeper_st"], capture_output=True, text=True)
+            if build.returncode != 0:
+                raise RuntimeError(f"cannot build bench/cload/cload.c (gcc and libzookeeper-st-dev needed): "
+                                   f"{build.stderr.strip()[-500:]}")
+            meta["load_tool"] = (f"cload (bench/cload/cload.c on ZooKeeper's C client, libzookeeper_st), sessions "
+                                 f"split over {opts.load_procs} processes")
         if opts.tls:
             opts.tls_material = make_tls_material(make_temp_dir("warden-bench-tls-"))
             meta["tls"] = "client port with TLS (port unification), client certificates required"
@@ -1946,6 +2139,9 @@ def main(argv=None) -> int:
             "bigvalues": phase_bigvalues,
             "wideparent": phase_wideparent,
             "overload": phase_overload,
+            "storms": phase_storms,
+            "idle": phase_idle,
+            "cpu": phase_cpu,
             "latency": phase_latency,
             "watch": phase_watch,
             "sessions": phase_sessions,

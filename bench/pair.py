@@ -118,6 +118,9 @@ def main() -> int:
     opts = ap.parse_args()
 
     variants = [parse_variant(v) for v in opts.variants]
+    # compat-tests/harness.py checks WARDEN_BIN before it starts a server whose command line
+    # is ours: point it at a binary that exists, not at a debug build that may not.
+    os.environ.setdefault("WARDEN_BIN", variants[0][1])
     up = []  # (name, closable, client hostports, pids in report order)
     try:
         for name, binary, env in variants:

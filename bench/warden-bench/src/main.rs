@@ -5,7 +5,13 @@
 //! Workloads: `create`, `set`, `get`, `mixed` (`--read-ratio`), `multi` (a create and a
 //! setData per multi), `sessions` (open `--clients` sessions, ping them, report how many held),
 //! `watch` (`--clients` sessions watch one node; time from setData to the last event),
-//! `probe` (time until a create succeeds on any server: run it right after killing a leader).
+//! `probe` (time until a create succeeds on any server: run it right after killing a leader),
+//! `expiry-storm` and `watch-storm` (see `storm`).
+//!
+//! With `--rate`, the load is offered at a fixed rate instead of as fast as replies come, and
+//! `--cpu-pids` reports the CPU time those processes spent in the measured window.
+
+mod storm;
 
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
@@ -83,6 +89,12 @@ enum Workload {
     /// Failover probe: from start, retry one create on every server until one succeeds;
     /// prints the time to the first successful write.
     Probe,
+    /// `--clients` sessions with one ephemeral each lose their connections at once; time
+    /// from the first deletion to the last, and an unrelated client's latencies meanwhile.
+    ExpiryStorm,
+    /// `--nodes` nodes watched by `--watchers-per-node` of `--clients` sessions each, all set
+    /// by one multi; time to the last event, and an unrelated client's latencies meanwhile.
+    WatchStorm,
 }
 
 /// A pipelined load generator for ZooKeeper-compatible servers.
@@ -128,6 +140,20 @@ struct Args {
     /// The client certificate's private key (PEM).
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<String>,
+    /// Offer this many requests per second over all clients, on a fixed schedule (each
+    /// client still keeps at most `--inflight` outstanding); 0 = as fast as replies come.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Comma-separated PIDs (the servers) whose CPU time (user + system, from /proc) over
+    /// the measured window is reported, in total and per 1,000 successful operations.
+    #[arg(long, value_delimiter = ',')]
+    cpu_pids: Vec<u32>,
+    /// `watch-storm`: nodes set by the one multi.
+    #[arg(long, default_value_t = 10_000)]
+    nodes: usize,
+    /// `watch-storm`: sessions watching each node.
+    #[arg(long, default_value_t = 10)]
+    watchers_per_node: usize,
 }
 
 type Conn = Framed<Box<dyn Io>, ClientCodec>;
@@ -378,10 +404,49 @@ async fn client(
                     version: -1,
                 }),
             ]),
-            Workload::Sessions | Workload::Watch | Workload::Probe | Workload::Lock => Request::Ping,
+            Workload::Sessions
+            | Workload::Watch
+            | Workload::Probe
+            | Workload::Lock
+            | Workload::ExpiryStorm
+            | Workload::WatchStorm => Request::Ping,
         }
     };
-    let pipelined = if args.workload == Workload::Lock { 0 } else { args.inflight };
+    if args.rate > 0.0 && args.workload != Workload::Lock {
+        // Fixed offered load: this client's share of `--rate`, its phase staggered so the
+        // clients do not send in step.
+        let every = Duration::from_secs_f64(args.clients as f64 / args.rate);
+        let mut due = start + every.mul_f64(id as f64 / args.clients.max(1) as f64);
+        loop {
+            let now = Instant::now();
+            if now >= deadline && sent.is_empty() {
+                break;
+            }
+            let can_send = now < deadline && sent.len() < args.inflight.max(1);
+            tokio::select! {
+                _ = tokio::time::sleep_until(due.into()), if can_send => {
+                    xid += 1;
+                    conn.send(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
+                    sent.push_back(Instant::now());
+                    due += every;
+                }
+                frame = conn.next() => {
+                    let header = match frame {
+                        Some(Ok(ServerIncoming::Reply { header, .. })) => header,
+                        Some(Ok(ServerIncoming::Connect(_))) => continue,
+                        Some(Err(e)) => return Err(e.into()),
+                        None => return Err(BenchError::Protocol("connection closed".into())),
+                    };
+                    if header.xid < 0 {
+                        continue;
+                    }
+                    let Some(t0) = sent.pop_front() else { break };
+                    tally(header.err, t0, &mut ok, &mut hist, &mut errors);
+                }
+            }
+        }
+    }
+    let pipelined = if args.workload == Workload::Lock || args.rate > 0.0 { 0 } else { args.inflight };
     for _ in 0..pipelined {
         xid += 1;
         conn.feed(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
@@ -411,12 +476,7 @@ async fn client(
             continue;
         }
         let Some(t0) = sent.pop_front() else { break };
-        if header.err == 0 {
-            ok += 1;
-            let _ = hist.record(t0.elapsed().as_micros().max(1) as u64);
-        } else {
-            *errors.entry(header.err).or_default() += 1;
-        }
+        tally(header.err, t0, &mut ok, &mut hist, &mut errors);
         if Instant::now() >= deadline {
             if sent.is_empty() {
                 break;
@@ -663,6 +723,8 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
     match args.workload {
         Workload::Sessions => return sessions(args).await,
         Workload::Watch => return watch(args, root).await,
+        Workload::ExpiryStorm => return storm::expiry(args, root).await,
+        Workload::WatchStorm => return storm::watches(args, root).await,
         _ => {}
     }
     // Setup time: scale with keys so every client is ready before `start`.
@@ -670,6 +732,14 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
     let start = Instant::now() + setup;
     let deadline = start + Duration::from_secs_f64(args.duration);
     let totals = Arc::new(Mutex::new(Totals::default()));
+    let cpu_pids = args.cpu_pids.clone();
+    let cpu_window = tokio::spawn(async move {
+        tokio::time::sleep_until(start.into()).await;
+        let before = cpu_seconds(&cpu_pids);
+        tokio::time::sleep_until(deadline.into()).await;
+        let after = cpu_seconds(&cpu_pids);
+        before.zip(after).map(|(b, a)| a - b)
+    });
     let mut tasks = Vec::new();
     for id in 0..args.clients {
         tasks.push(tokio::spawn(client(args.clone(), id, root.clone(), start, deadline, totals.clone())));
@@ -682,6 +752,7 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
             Err(e) => failures.push(e.to_string()),
         }
     }
+    let server_cpu_s = if args.cpu_pids.is_empty() { None } else { cpu_window.await.ok().flatten() };
     let elapsed = start.elapsed().as_secs_f64().max(args.duration);
     let t = totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64 / 1000.0;
@@ -700,5 +771,36 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
         "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "p999_ms": p999, "max_ms": max,
         "errors": t.errors.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
         "client_failures": failures,
+        "offered_rate": args.rate,
+        "server_cpu_s": server_cpu_s,
+        // Successful ops in the measured window only would need per-op timestamps; the few
+        // replies drained after the deadline (at most clients × inflight) are counted too.
+        "cpu_s_per_1000_ops": server_cpu_s.map(|c| if t.ok > 0 { c * 1000.0 / t.ok as f64 } else { 0.0 }),
     }))
+}
+
+/// Counts one reply to a request sent at `t0`: its latency if it succeeded, its error code if not.
+fn tally(err: i32, t0: Instant, ok: &mut u64, hist: &mut Histogram<u64>, errors: &mut BTreeMap<i32, u64>) {
+    if err == 0 {
+        *ok += 1;
+        let _ = hist.record(t0.elapsed().as_micros().max(1) as u64);
+    } else {
+        *errors.entry(err).or_default() += 1;
+    }
+}
+
+/// User plus system CPU time of `pids` (whole processes, all threads), from
+/// `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 1/100 s, Linux's USER_HZ); `None`
+/// if one cannot be read.
+fn cpu_seconds(pids: &[u32]) -> Option<f64> {
+    let mut total = 0u64;
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name may hold spaces: fields are counted after its closing parenthesis.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        // `rest` starts at field 3 (state): utime is field 14, stime field 15.
+        total += fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    }
+    Some(total as f64 / 100.0)
 }
