@@ -134,30 +134,44 @@ async fn replies_ok(conn: &mut Conn, n: usize, what: &str) -> Result<(), BenchEr
     Ok(())
 }
 
-/// `expiry-storm`: `--clients` sessions (timeout `--session-timeout`) each create one
-/// ephemeral, are pinged until all exist, then their connections are all dropped at once.
-/// The storm runs from the first ephemeral's deletion to the last one's, as an observer
-/// polling the parent's child count every 5 ms sees it.
-pub async fn expiry(args: Arc<Args>, root: String) -> Result<serde_json::Value, BenchError> {
+/// What both storms start from: the server list, an admin session, the storm's directory
+/// `{root}/{sub}` and the probe's node `{root}/probe`, both created.
+struct Setup {
+    servers: Vec<String>,
+    admin: Conn,
+    xid: i32,
+    dir: String,
+    probe_node: String,
+}
+
+async fn setup(args: &Args, root: &str, sub: &str) -> Result<Setup, BenchError> {
     let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
     let (mut admin, _) = connect(&servers[0], 30_000).await?;
     let mut xid = 0;
-    let dir = format!("{root}/eph");
+    let dir = format!("{root}/{sub}");
     let probe_node = format!("{root}/probe");
     create_all(&mut admin, &mut xid, &[dir.clone(), probe_node.clone()], &Bytes::new()).await?;
+    Ok(Setup { servers, admin, xid, dir, probe_node })
+}
+
+/// `expiry-storm`: `--clients` sessions (timeout `--session-timeout`) each create one
+/// ephemeral, are pinged until all exist, then each is touched once more and its connection
+/// dropped, all at once.
+/// The storm runs from the first ephemeral's deletion to the last one's, as an observer
+/// polling the parent's child count every 5 ms sees it.
+pub async fn expiry(args: Arc<Args>, root: String) -> Result<serde_json::Value, BenchError> {
+    let Setup { servers, mut admin, mut xid, dir, probe_node } = setup(&args, &root, "eph").await?;
 
     let open = Arc::new(tokio::sync::Semaphore::new(OPEN_AT_ONCE));
     // A watch channel, not a Notify: a task busy with a ping when the signal comes still
     // sees it at its next await.
     let (drop_tx, drop_rx) = tokio::sync::watch::channel(false);
-    let dropped = Arc::new(AtomicBool::new(false));
     let closed = Arc::new(AtomicUsize::new(0));
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<bool>(args.clients.max(1));
     for i in 0..args.clients {
         let addr = servers[i % servers.len()].clone();
         let path = format!("{dir}/e{i}");
-        let (open, mut drop_rx, dropped, ready_tx, closed) =
-            (open.clone(), drop_rx.clone(), dropped.clone(), ready_tx.clone(), closed.clone());
+        let (open, mut drop_rx, ready_tx, closed) = (open.clone(), drop_rx.clone(), ready_tx.clone(), closed.clone());
         let timeout = args.session_timeout;
         tokio::spawn(async move {
             let setup = async {
@@ -196,7 +210,6 @@ pub async fn expiry(args: Arc<Args>, root: String) -> Result<serde_json::Value, 
                         break;
                     }
                     _ = tokio::time::sleep(every) => {
-                        if dropped.load(Ordering::Relaxed) { break; }
                         if conn.send(ClientOutgoing::Request { xid: -2, request: Request::Ping }).await.is_err() {
                             break;
                         }
@@ -230,7 +243,6 @@ pub async fn expiry(args: Arc<Args>, root: String) -> Result<serde_json::Value, 
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let t_close = Instant::now();
-    dropped.store(true, Ordering::Relaxed);
 
     let limit = t_close + Duration::from_millis(args.session_timeout as u64 * 3) + Duration::from_secs(60);
     let mut first_gone = None;
@@ -270,12 +282,7 @@ pub async fn expiry(args: Arc<Args>, root: String) -> Result<serde_json::Value, 
 /// `--clients` sessions; one multi sets them all. Time from sending the multi to its reply
 /// and to the last of the `nodes × watchers-per-node` events.
 pub async fn watches(args: Arc<Args>, root: String) -> Result<serde_json::Value, BenchError> {
-    let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
-    let (mut admin, _) = connect(&servers[0], 30_000).await?;
-    let mut xid = 0;
-    let dir = format!("{root}/w");
-    let probe_node = format!("{root}/probe");
-    create_all(&mut admin, &mut xid, &[dir.clone(), probe_node.clone()], &Bytes::new()).await?;
+    let Setup { servers, mut admin, mut xid, dir, probe_node } = setup(&args, &root, "w").await?;
     let nodes: Vec<String> = (0..args.nodes).map(|j| format!("{dir}/n{j}")).collect();
     create_all(&mut admin, &mut xid, &nodes, &Bytes::from_static(b"x")).await?;
 
