@@ -2022,7 +2022,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "PEM stores made with openssl; ZooKeeper on its Netty factory)")
     ap.add_argument("--load-tool", choices=["warden-bench", "cload"], default="warden-bench",
                     help="load generator of the throughput phase: warden-bench, or bench/cload/cload.c, built here "
-                         "with gcc on ZooKeeper's single-threaded C client (Debian's libzookeeper-st-dev): an "
+                         "with gcc on ZooKeeper's single-threaded C client (Debian's libzookeeper-st2 runtime, headers from libzookeeper-mt-dev): an "
                          "independent client that does its own encoding and session handling")
     ap.add_argument("--load-procs", type=int, default=2,
                     help="with --load-tool cload: processes the sessions are split over (the library runs one "
@@ -2112,9 +2112,9 @@ def main(argv=None) -> int:
         opts.cload_bin_run = str(bindir / "cload")
         if opts.load_tool == "cload":
             build = subprocess.run(["gcc", "-O2", "-o", opts.cload_bin_run, str(REPO_ROOT / "bench/cload/cload.c"),
-                                    "-lzookeeper_st"], capture_output=True, text=True)
+                                    "-l:libzookeeper_st.so.2"], capture_output=True, text=True)
             if build.returncode != 0:
-                raise RuntimeError(f"cannot build bench/cload/cload.c (gcc and libzookeeper-st-dev needed): "
+                raise RuntimeError(f"cannot build bench/cload/cload.c (gcc, libzookeeper-mt-dev and libzookeeper-st2 needed): "
                                    f"{build.stderr.strip()[-500:]}")
             meta["load_tool"] = (f"cload (bench/cload/cload.c on ZooKeeper's C client, libzookeeper_st), sessions "
                                  f"split over {opts.load_procs} processes")

@@ -7,7 +7,7 @@ APT_PACKAGES=(
   zookeeper               # ZooKeeper 3.8 server + Java client + zkCli.sh
   zookeeper-bin           # C client programs cli_mt / cli_st
   libzookeeper-mt-dev     # C client library and headers
-  libzookeeper-st-dev     # single-threaded C client library: bench/cload, the independent load generator
+  libzookeeper-st2        # single-threaded C client runtime for bench/cload (its -dev package conflicts with the mt one; the headers are the same)
   libcurator-client-java  # Curator 5.4 jars (used by compat-tests/curator/)
   libcurator-framework-java
   libcurator-recipes-java

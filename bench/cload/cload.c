@@ -1,6 +1,6 @@
 /*
  * cload: a load generator built on Apache ZooKeeper's own C client (Debian's
- * libzookeeper-st), so that throughput targets are not measured only with Warden's own
+ * libzookeeper_st), so that throughput targets are not measured only with Warden's own
  * warden-bench (issue 43). The C client does all the framing, encoding and session
  * handling; this file only decides what to send and times the replies.
  *
@@ -16,7 +16,9 @@
  * cap the load), whose measured windows start together and whose results are merged.
  *
  * Workloads: create (a new sequential-free node per op), set, get, mixed (--read-ratio gets).
- * Build: gcc -O2 -o cload bench/cload/cload.c -lzookeeper_st
+ * Build: gcc -O2 -o cload bench/cload/cload.c -l:libzookeeper_st.so.2
+ *   (Debian ships libzookeeper-st2 and libzookeeper-mt-dev side by side; the -st-dev package,
+ *   which would add the plain -lzookeeper_st link, conflicts with the -mt one)
  */
 #include <errno.h>
 #include <poll.h>
