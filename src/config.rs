@@ -351,6 +351,11 @@ pub struct Config {
     pub min_session_timeout_ms: i32,
     pub max_session_timeout_ms: i32,
     pub snap_count: u64,
+    /// `snapshot.compression.method` (ZooKeeper's `zookeeper.snapshot.compression.method`):
+    /// whether Warden's snapshot files are zstd-compressed. On unless the key says `none`
+    /// (or ZooKeeper's `checked` or empty value, its uncompressed form); ZooKeeper's `gz` and
+    /// `snappy` ask for compression and get Warden's (zstd). Either kind of file is read.
+    pub snapshot_compression: bool,
     /// `commitLogCount` (ZooKeeper's `zookeeper.commitLogCount`): how many Raft log entries
     /// are kept after a snapshot, so a follower that lags by fewer catches up from the log
     /// instead of a whole snapshot. ZooKeeper counts committed txns kept in memory (500);
@@ -691,6 +696,7 @@ impl Default for Config {
             min_session_timeout_ms: 2 * tick as i32,
             max_session_timeout_ms: 20 * tick as i32,
             snap_count: 100_000,
+            snapshot_compression: true,
             commit_log_count: DEFAULT_COMMIT_LOG_COUNT,
             autopurge_snap_retain_count: 3,
             autopurge_purge_interval_h: 0,
@@ -795,6 +801,21 @@ fn unsupported_security(key: &str, value: &str) -> Option<&'static str> {
         k if k.starts_with("authProvider.") && !builtin(value) => Some("this authentication provider"),
         "requireClientAuthScheme" => Some("a required client authentication scheme"),
         _ => None,
+    }
+}
+
+/// `snapshot.compression.method`: whether snapshots are compressed (see
+/// [`Config::snapshot_compression`]). A value neither Warden nor ZooKeeper knows stops start-up
+/// (ZooKeeper would write uncompressed snapshots for it; a typo of `zstd` should not).
+fn parse_compression(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "zstd" => Ok(true),
+        "gz" | "snappy" => {
+            tracing::info!(key, value, "Warden compresses its snapshots with zstd");
+            Ok(true)
+        }
+        "" | "none" | "checked" => Ok(false),
+        _ => Err(bad(key, value, "must be zstd (Warden's default), none, or ZooKeeper's gz, snappy or checked")),
     }
 }
 
@@ -951,6 +972,7 @@ impl Config {
         let mut service_principal: Option<String> = None;
         let mut audit_enable = None;
         let mut audit_file = None;
+        let mut snapshot_compression = None;
         for (raw_key, value) in props {
             // ZooKeeper makes a zoo.cfg key K it does not parse the Java property
             // `zookeeper.K`; these two, written with the prefix in zoo.cfg, become
@@ -1001,6 +1023,7 @@ impl Config {
                         return Err(bad(raw_key, value, "must be at least 2"));
                     }
                 }
+                "snapshot.compression.method" => snapshot_compression = Some(parse_compression(raw_key, value)?),
                 "autopurge.snapRetainCount" => c.autopurge_snap_retain_count = parse(raw_key, value)?,
                 "autopurge.purgeInterval" => c.autopurge_purge_interval_h = parse(raw_key, value)?,
                 "4lw.commands.whitelist" => {
@@ -1229,6 +1252,13 @@ impl Config {
                 "ssl.quorum.* keys are set but neither sslQuorum nor portUnification: members talk in the clear"
             );
         }
+        c.snapshot_compression = match snapshot_compression {
+            Some(on) => on,
+            None => match jvm_property_from_env("zookeeper.snapshot.compression.method") {
+                Some((key, value)) => parse_compression(&key, &value)?,
+                None => true,
+            },
+        };
         let audit_enable = match audit_enable {
             Some(on) => on,
             None => match jvm_property_from_env("zookeeper.audit.enable") {
@@ -1791,6 +1821,22 @@ mod tests {
         assert!(sync(Some("false")));
         assert!(sync(Some("No")));
         assert!(!Config::from_properties(&props(&[("zookeeper.forceSync", "no")])).unwrap().force_sync);
+    }
+
+    #[test]
+    fn snapshot_compression_keys() {
+        let compress = |v: &str| Config::from_properties(&props(&[("snapshot.compression.method", v)]));
+        assert!(Config::from_properties(&props(&[])).expect("valid").snapshot_compression, "on by default");
+        for on in ["zstd", "gz", "snappy"] {
+            assert!(compress(on).expect("valid").snapshot_compression, "{on}");
+        }
+        for off in ["none", "checked", ""] {
+            assert!(!compress(off).expect("valid").snapshot_compression, "{off:?}");
+        }
+        let prefixed = Config::from_properties(&props(&[("zookeeper.snapshot.compression.method", "none")]));
+        assert!(!prefixed.expect("valid").snapshot_compression);
+        let err = compress("lz4").unwrap_err().to_string();
+        assert!(err.contains("snapshot.compression.method") && err.contains("lz4"), "{err}");
     }
 
     #[test]

@@ -160,6 +160,7 @@ fn raft_options(config: &Config, layout: &DataLayout) -> crate::raft::Options {
         heartbeat_ms: config.heartbeat_ms(),
         election_ms: config.election_timeout_ms(),
         snap_count: config.snap_count,
+        snapshot_compression: config.snapshot_compression,
         commit_log_count: config.commit_log_count,
         tick_ms: u64::from(config.tick_time_ms),
         snapshot_dir: layout.snap_dir.clone(),
@@ -190,6 +191,22 @@ fn import_err(e: impl std::fmt::Display) -> ServerError {
     ServerError::Import(e.to_string())
 }
 
+/// Writes an imported tree as the new group's first snapshot; returns its path.
+fn write_imported(
+    layout: &DataLayout,
+    options: &crate::raft::Options,
+    tree: crate::tree::DataTree,
+) -> Result<std::path::PathBuf, ServerError> {
+    crate::raft::snapshot::write_initial(
+        &layout.snap_dir,
+        options.id,
+        &options.voters,
+        tree,
+        options.snapshot_compression,
+    )
+    .map_err(import_err)
+}
+
 /// Whether Warden has written anything to this data dir (a log or a snapshot of its own).
 fn holds_warden_state(layout: &DataLayout) -> Result<bool, ServerError> {
     Ok(layout.log_file().exists() || crate::raft::snapshot::any_snapshot(&layout.snap_dir).map_err(import_err)?)
@@ -216,8 +233,7 @@ fn import_into(
     tracing::info!(report = %imported.report, "imported the ZooKeeper data dir");
     let report = imported.report;
     layout.prepare().map_err(|source| ServerError::DataDir { path: layout.snap_dir.display().to_string(), source })?;
-    let path = crate::raft::snapshot::write_initial(&layout.snap_dir, options.id, &options.voters, imported.tree)
-        .map_err(import_err)?;
+    let path = write_imported(layout, options, imported.tree)?;
     tracing::info!(snapshot = %path.display(), "imported state written; ZooKeeper's files were not changed");
     Ok(report)
 }
@@ -316,9 +332,7 @@ async fn start_member(
     let listener = answering.await.map_err(|e| ServerError::Raft(format!("bootstrap answers: {e}")))?;
     match (decision, imported) {
         (bootstrap::Decision::Import, Some(imported)) => {
-            let path =
-                crate::raft::snapshot::write_initial(&layout.snap_dir, options.id, &options.voters, imported.tree)
-                    .map_err(import_err)?;
+            let path = write_imported(layout, options, imported.tree)?;
             tracing::info!(snapshot = %path.display(), "this member's ZooKeeper state is the newest: it is the \
                 group's first state (ZooKeeper's files were not changed)");
         }
@@ -400,7 +414,8 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
     let effects = Arc::new(LocalEffects { watches: watches.clone(), sessions: sessions.clone() });
     let sm = StateMachine::open(&layout.snap_dir, shared.clone(), effects, waiters)
         .map_err(ServerError::StateMachine)?
-        .with_config_node(bytes::Bytes::from(config.config_node_text()), config.config_version);
+        .with_config_node(bytes::Bytes::from(config.config_node_text()), config.config_version)
+        .with_snapshot_compression(config.snapshot_compression);
     let raft = Raft::start(options, log, sm, Arc::new(peers.clone())).await.map_err(ServerError::Raft)?;
     proposer.start(raft.clone(), peers.clone(), shared.clone());
 

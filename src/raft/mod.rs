@@ -196,6 +196,8 @@ pub struct Options {
     pub election_ms: u64,
     /// ZooKeeper's `snapCount` (txns between snapshots).
     pub snap_count: u64,
+    /// Snapshot files are zstd-compressed (`snapshot.compression.method`).
+    pub snapshot_compression: bool,
     /// Log entries kept after a snapshot (`commitLogCount`).
     pub commit_log_count: u64,
     /// ZooKeeper's `tickTime`: a member serves clients while it heard from its leader within

@@ -173,6 +173,8 @@ pub struct StateMachine {
     dir: PathBuf,
     /// See [`StateMachine::with_config_node`].
     config_node: Option<(bytes::Bytes, i64)>,
+    /// Whether snapshots are written compressed ([`StateMachine::with_snapshot_compression`]).
+    compress: bool,
 }
 
 impl StateMachine {
@@ -193,6 +195,7 @@ impl StateMachine {
             membership: StoredMembership::default(),
             dir: dir.to_owned(),
             config_node: None,
+            compress: true,
         };
         // Partial transfers from a leader, and snapshots being built, that a crash interrupted.
         remove_where(dir, |name| {
@@ -260,6 +263,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             file: SnapshotFile { last_applied: self.last_applied, membership: self.membership.clone(), tree },
             dir: self.dir.clone(),
+            compress: self.compress,
         }
     }
 
@@ -350,6 +354,13 @@ impl StateMachine {
         self.shared.applied.send_replace(last_zxid);
         self.shared.applied_index.send_replace(self.last_applied.map_or(0, |l| l.index));
         out
+    }
+
+    /// Writes snapshots zstd-compressed or not (`snapshot.compression.method`; compressed by
+    /// default). Either kind is read.
+    pub fn with_snapshot_compression(mut self, compress: bool) -> StateMachine {
+        self.compress = compress;
+        self
     }
 
     /// What `/zookeeper/config` holds on this member (ZooKeeper's text of the ensemble's
@@ -457,6 +468,7 @@ impl StateMachine {
 mod tests {
     use super::*;
     use crate::raft::snapshot::begin_receiving;
+    use crate::raft::snapshot::encode_snapshot;
     use crate::raft::snapshot::open_snapshot;
     use crate::raft::snapshot::snapshot_path;
     use crate::raft::typ::Entry;
@@ -496,37 +508,66 @@ mod tests {
         assert!(r.is_ok(), "{path}: {r:?}");
     }
 
-    /// A snapshot written to its file reads back whole, streamed (with a data field larger
-    /// than postcard's minimum scratch), its header alone gives openraft's meta, and equal
-    /// ACLs come back as one shared allocation.
+    /// A snapshot written to its file, compressed or not, reads back whole, streamed (with a
+    /// data field larger than postcard's minimum scratch, and than the compressed file), its
+    /// header alone gives openraft's meta, and equal ACLs come back as one shared allocation.
     #[test]
     fn snapshot_file_round_trip() {
+        for compress in [false, true] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let mut tree = DataTree::new();
+            create(&mut tree, "/a", vec![7u8; 300 << 10]);
+            create(&mut tree, "/a/b", b"x".to_vec());
+            create(&mut tree, "/c", Vec::new());
+            let last = Some(LogId::new(crate::raft::LeaderId { term: 3, node_id: 0 }, 42));
+            let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
+            let (size, _) =
+                write_snapshot_with(dir.path(), &last, |w| encode_snapshot(&file, w, compress)).expect("write");
+            assert_eq!(size < 100 << 10, compress, "compressed: {compress}, {size} bytes");
+            let path = newest_snapshot(dir.path()).expect("list").expect("a snapshot");
+            assert_eq!(path, snapshot_path(dir.path(), &last));
+
+            let (meta, _) = open_snapshot(&path).expect("header");
+            assert_eq!(meta.last_log_id, last);
+
+            let back = decode_snapshot(&mut std::fs::File::open(&path).expect("open")).expect("decode");
+            assert_eq!(back.last_applied, last);
+            assert_eq!(back.tree.node_count(), tree.node_count());
+            assert_eq!(back.tree.last_zxid(), tree.last_zxid());
+            assert_eq!(back.tree.digest(), tree.digest());
+            let (a, b, c) = (back.tree.node("/a"), back.tree.node("/a/b"), back.tree.node("/c"));
+            let (a, b, c) = (a.expect("/a"), b.expect("/a/b"), c.expect("/c"));
+            assert_eq!(a.data().map(<[u8]>::len), Some(300 << 10));
+            assert!(Arc::ptr_eq(a.acl, b.acl) && Arc::ptr_eq(a.acl, c.acl), "equal ACLs are shared");
+        }
+    }
+
+    /// A compressed snapshot cut short, or with a byte of its zstd frame changed, is refused:
+    /// an error, never a partial or different tree.
+    #[test]
+    fn damaged_compressed_snapshot_is_an_error() {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut tree = DataTree::new();
-        create(&mut tree, "/a", vec![7u8; 300 << 10]);
-        create(&mut tree, "/a/b", b"x".to_vec());
-        create(&mut tree, "/c", Vec::new());
-        let last = Some(LogId::new(crate::raft::LeaderId { term: 3, node_id: 0 }, 42));
-        let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
-        write_snapshot_with(dir.path(), &last, |w| {
-            postcard::to_io(&file, w).map(|_| ()).map_err(std::io::Error::other)
-        })
-        .expect("write");
+        for i in 0..200 {
+            create(&mut tree, &format!("/n{i}"), format!("value {i}").into_bytes());
+        }
+        let file = SnapshotFile { last_applied: None, membership: StoredMembership::default(), tree };
+        write_snapshot_with(dir.path(), &None, |w| encode_snapshot(&file, w, true)).expect("write");
         let path = newest_snapshot(dir.path()).expect("list").expect("a snapshot");
-        assert_eq!(path, snapshot_path(dir.path(), &last));
-
-        let (meta, _) = open_snapshot(&path).expect("header");
-        assert_eq!(meta.last_log_id, last);
-
-        let back = decode_snapshot(&mut std::fs::File::open(&path).expect("open")).expect("decode");
-        assert_eq!(back.last_applied, last);
-        assert_eq!(back.tree.node_count(), tree.node_count());
-        assert_eq!(back.tree.last_zxid(), tree.last_zxid());
-        assert_eq!(back.tree.digest(), tree.digest());
-        let (a, b, c) = (back.tree.node("/a"), back.tree.node("/a/b"), back.tree.node("/c"));
-        let (a, b, c) = (a.expect("/a"), b.expect("/a/b"), c.expect("/c"));
-        assert_eq!(a.data().map(<[u8]>::len), Some(300 << 10));
-        assert!(Arc::ptr_eq(a.acl, b.acl) && Arc::ptr_eq(a.acl, c.acl), "equal ACLs are shared");
+        let good = std::fs::read(&path).expect("read");
+        let damaged = dir.path().join("damaged.bin");
+        let mut cases = vec![good[..good.len() / 2].to_vec(), good[..good.len() - 1].to_vec()];
+        // zstd's frame magic, a compressed block, the content checksum.
+        for at in [17, good.len() / 2, good.len() - 2] {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0x10;
+            cases.push(flipped);
+        }
+        for (i, bytes) in cases.iter().enumerate() {
+            std::fs::write(&damaged, bytes).expect("write");
+            let decoded = decode_snapshot(&mut std::fs::File::open(&damaged).expect("open"));
+            assert!(decoded.is_err(), "case {i} decoded");
+        }
     }
 
     struct NoHook;
