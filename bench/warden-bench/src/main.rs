@@ -3,13 +3,18 @@
 //! requests outstanding; only successful operations are counted, errors are tallied by code.
 //!
 //! Workloads: `create`, `set`, `get`, `mixed` (`--read-ratio`), `multi` (a create and a
-//! setData per multi), `sessions` (open `--clients` sessions, ping them, report how many held),
+//! setData per multi), `sessions` (open `--clients` sessions, ping them, report how many held;
+//! `--local-addrs` spreads them over several loopback source addresses, since one address pair
+//! has only ~28,000 ephemeral ports),
 //! `watch` (`--clients` sessions watch one node; time from setData to the last event),
 //! `probe` (time until a create succeeds on any server: run it right after killing a leader),
 //! `expiry-storm` and `watch-storm` (see `storm`).
 //!
-//! With `--rate`, the load is offered at a fixed rate instead of as fast as replies come, and
-//! `--cpu-pids` reports the CPU time those processes spent in the measured window.
+//! With `--rate`, the load is offered at a fixed rate instead of as fast as replies come (and
+//! a request's latency counts from when it was due, not from when the client got to send it,
+//! so a server stall is not hidden by the client waiting on it), and `--cpu-pids` reports the
+//! CPU time those processes spent in the measured window. `--samples-out` writes each
+//! operation's completion time and latency.
 
 mod storm;
 
@@ -154,6 +159,16 @@ struct Args {
     /// `watch-storm`: sessions watching each node.
     #[arg(long, default_value_t = 10)]
     watchers_per_node: usize,
+    /// `sessions`: comma-separated local IP addresses the sessions' sockets bind to,
+    /// round-robin (e.g. 127.0.0.1,127.0.0.2): each source address has its own ephemeral
+    /// ports, so more sessions than one address's port range fit.
+    #[arg(long, value_delimiter = ',')]
+    local_addrs: Vec<std::net::IpAddr>,
+    /// Also write every successful operation of the measured window to this file, one line
+    /// each: completion time and latency, in microseconds since the window started (so that
+    /// percentiles can be taken over any part of the run, e.g. while a server snapshots).
+    #[arg(long)]
+    samples_out: Option<std::path::PathBuf>,
 }
 
 type Conn = Framed<Box<dyn Io>, ClientCodec>;
@@ -169,7 +184,23 @@ enum BenchError {
 }
 
 async fn connect(addr: &str, timeout: i32) -> Result<(Conn, i64), BenchError> {
-    let stream = TcpStream::connect(addr).await?;
+    connect_from(addr, None, timeout).await
+}
+
+/// `connect`, with the socket bound to `local` (port chosen by the kernel) first if given.
+async fn connect_from(addr: &str, local: Option<std::net::IpAddr>, timeout: i32) -> Result<(Conn, i64), BenchError> {
+    let stream = match local {
+        None => TcpStream::connect(addr).await?,
+        Some(ip) => {
+            let remote = tokio::net::lookup_host(addr)
+                .await?
+                .find(|a| a.is_ipv4() == ip.is_ipv4())
+                .ok_or_else(|| BenchError::Protocol(format!("{addr}: no address of {ip}'s family")))?;
+            let socket = if ip.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+            socket.bind(std::net::SocketAddr::new(ip, 0))?;
+            socket.connect(remote).await?
+        }
+    };
     stream.set_nodelay(true)?;
     let stream: Box<dyn Io> = match TLS.get() {
         Some(tls) => {
@@ -314,6 +345,36 @@ struct Totals {
     ok: u64,
     errors: BTreeMap<i32, u64>,
     hist: Option<Histogram<u64>>,
+    /// `--samples-out`: (completion, latency) in µs since the window started, every client's.
+    samples: Vec<(u64, u64)>,
+}
+
+/// Per-client accounting of replies in the measured window.
+struct Tally {
+    ok: u64,
+    errors: BTreeMap<i32, u64>,
+    hist: Histogram<u64>,
+    /// The window's start, and the samples kept if `--samples-out` asked for them.
+    start: Instant,
+    samples: Option<Vec<(u64, u64)>>,
+}
+
+impl Tally {
+    /// Counts one reply to a request sent (or, with `--rate`, due) at `t0`: its latency if it
+    /// succeeded, its error code if not.
+    fn reply(&mut self, err: i32, t0: Instant) {
+        if err != 0 {
+            *self.errors.entry(err).or_default() += 1;
+            return;
+        }
+        self.ok += 1;
+        let now = Instant::now();
+        let micros = now.saturating_duration_since(t0).as_micros().max(1) as u64;
+        let _ = self.hist.record(micros);
+        if let Some(s) = &mut self.samples {
+            s.push((now.saturating_duration_since(self.start).as_micros() as u64, micros));
+        }
+    }
 }
 
 struct Rng(u64);
@@ -366,13 +427,18 @@ async fn client(
     tokio::time::sleep_until(start.into()).await;
 
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (id as u64 + 1));
-    let mut hist =
-        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| BenchError::Protocol(e.to_string()))?;
-    let mut ok = 0u64;
-    let mut errors: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut tally = Tally {
+        ok: 0,
+        errors: BTreeMap::new(),
+        hist: Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| BenchError::Protocol(e.to_string()))?,
+        start,
+        samples: args.samples_out.is_some().then(Vec::new),
+    };
     let mut sent: VecDeque<Instant> = VecDeque::new();
     if args.workload == Workload::Lock {
-        ok = lock_loop(&mut conn, &mut xid, &format!("{root}/lock"), deadline, &mut hist, &mut errors).await?;
+        tally.ok =
+            lock_loop(&mut conn, &mut xid, &format!("{root}/lock"), deadline, &mut tally.hist, &mut tally.errors)
+                .await?;
     }
     let mut seq = 0u64;
     let mut next_request = |rng: &mut Rng| -> Request {
@@ -427,7 +493,8 @@ async fn client(
                 _ = tokio::time::sleep_until(due.into()), if can_send => {
                     xid += 1;
                     conn.send(ClientOutgoing::Request { xid, request: next_request(&mut rng) }).await?;
-                    sent.push_back(Instant::now());
+                    // Latency from when it was due: a stalled server delays the sends too.
+                    sent.push_back(due);
                     due += every;
                 }
                 frame = conn.next() => {
@@ -441,7 +508,7 @@ async fn client(
                         continue;
                     }
                     let Some(t0) = sent.pop_front() else { break };
-                    tally(header.err, t0, &mut ok, &mut hist, &mut errors);
+                    tally.reply(header.err, t0);
                 }
             }
         }
@@ -476,7 +543,7 @@ async fn client(
             continue;
         }
         let Some(t0) = sent.pop_front() else { break };
-        tally(header.err, t0, &mut ok, &mut hist, &mut errors);
+        tally.reply(header.err, t0);
         if Instant::now() >= deadline {
             if sent.is_empty() {
                 break;
@@ -488,35 +555,65 @@ async fn client(
         sent.push_back(Instant::now());
     }
     let mut t = totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    t.ok += ok;
-    for (k, v) in errors {
+    t.ok += tally.ok;
+    for (k, v) in tally.errors {
         *t.errors.entry(k).or_default() += v;
     }
     match &mut t.hist {
         Some(h) => {
-            let _ = h.add(&hist);
+            let _ = h.add(&tally.hist);
         }
-        None => t.hist = Some(hist),
+        None => t.hist = Some(tally.hist),
+    }
+    if let Some(s) = tally.samples {
+        t.samples.extend(s);
     }
     Ok(())
 }
 
-/// `sessions`: open N sessions, ping each every third of its timeout, count survivors.
+/// `sessions`: open N sessions (at most `storm::OPEN_AT_ONCE` handshakes at a time), pinging
+/// each every third of its timeout from its handshake on; once every session is open (or
+/// failed to open), hold them all together for `--duration` seconds more; count the survivors.
+/// A session the server expires or closes counts as lost.
 async fn sessions(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
     let servers: Vec<String> = args.servers.split(',').map(str::to_owned).collect();
     let mut tasks = Vec::new();
-    let hold = Duration::from_secs_f64(args.duration);
+    let open = Arc::new(tokio::sync::Semaphore::new(storm::OPEN_AT_ONCE));
+    // Every task reports once it is open or has failed; the hold's end is sent once all have.
+    let (settled_tx, mut settled_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (end_tx, end_rx) = tokio::sync::watch::channel::<Option<Instant>>(None);
+    let t0 = Instant::now();
     for i in 0..args.clients {
         let addr = servers[i % servers.len()].clone();
+        let local = (!args.local_addrs.is_empty()).then(|| args.local_addrs[i % args.local_addrs.len()]);
         let timeout = args.session_timeout;
+        let open = open.clone();
+        let settled = settled_tx.clone();
+        let mut end_rx = end_rx.clone();
         tasks.push(tokio::spawn(async move {
-            let (mut conn, _) =
-                connect(&addr, timeout).await.map_err(|e| BenchError::Protocol(format!("connect: {e}")))?;
-            let end = Instant::now() + hold;
-            let mut xid = 0;
-            while Instant::now() < end {
-                tokio::time::sleep(Duration::from_millis((timeout / 3).max(100) as u64)).await;
-                xid += 1;
+            let opened = async {
+                let _permit = open.acquire_owned().await.map_err(|e| BenchError::Protocol(e.to_string()))?;
+                connect_from(&addr, local, timeout).await.map_err(|e| BenchError::Protocol(format!("connect: {e}")))
+            }
+            .await;
+            let _ = settled.send(());
+            let (mut conn, _) = opened?;
+            let every = Duration::from_millis((timeout / 3).max(100) as u64);
+            loop {
+                let end = *end_rx.borrow_and_update();
+                let now = Instant::now();
+                if end.is_some_and(|end| now >= end) {
+                    return Ok::<(), BenchError>(());
+                }
+                let wake = end.map_or(now + every, |end| end.min(now + every));
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake.into()) => {}
+                    // The end became known: recompute when to wake.
+                    _ = end_rx.changed(), if end.is_none() => continue,
+                }
+                if end.is_some_and(|end| Instant::now() >= end) {
+                    return Ok(());
+                }
                 conn.send(ClientOutgoing::Request { xid: -2, request: Request::Ping }).await?;
                 loop {
                     match conn.next().await {
@@ -527,10 +624,16 @@ async fn sessions(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
                     }
                 }
             }
-            let _ = xid;
-            Ok::<(), BenchError>(())
         }));
     }
+    drop(settled_tx);
+    for _ in 0..args.clients {
+        if settled_rx.recv().await.is_none() {
+            break;
+        }
+    }
+    let all_open_after = t0.elapsed();
+    let _ = end_tx.send(Some(Instant::now() + Duration::from_secs_f64(args.duration)));
     let mut held = 0;
     let mut errors: std::collections::BTreeMap<String, u64> = Default::default();
     for t in tasks {
@@ -542,6 +645,7 @@ async fn sessions(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
     }
     Ok(serde_json::json!({
         "workload": "sessions", "opened": args.clients, "held": held, "seconds": args.duration, "errors": errors,
+        "all_open_after_s": all_open_after.as_secs_f64(), "local_addrs": args.local_addrs.len(),
     }))
 }
 
@@ -753,8 +857,15 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
         }
     }
     let server_cpu_s = if args.cpu_pids.is_empty() { None } else { cpu_window.await.ok().flatten() };
+    // The window's start on the wall clock, to line `--samples-out` up with other clocks.
+    let start_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |now| now.as_secs_f64() - start.elapsed().as_secs_f64());
     let elapsed = start.elapsed().as_secs_f64().max(args.duration);
-    let t = totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut t = totals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(path) = &args.samples_out {
+        write_samples(path, &mut t.samples).map_err(|e| BenchError::Protocol(format!("{}: {e}", path.display())))?;
+    }
     let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p) as f64 / 1000.0;
     let (p50, p90, p99, p999, max) = match &t.hist {
         Some(h) => (q(h, 0.5), q(h, 0.9), q(h, 0.99), q(h, 0.999), h.max() as f64 / 1000.0),
@@ -772,6 +883,7 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
         "errors": t.errors.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
         "client_failures": failures,
         "offered_rate": args.rate,
+        "start_unix_s": start_unix_s,
         "server_cpu_s": server_cpu_s,
         // Successful ops in the measured window only would need per-op timestamps; the few
         // replies drained after the deadline (at most clients × inflight) are counted too.
@@ -779,14 +891,15 @@ async fn run(args: Arc<Args>) -> Result<serde_json::Value, BenchError> {
     }))
 }
 
-/// Counts one reply to a request sent at `t0`: its latency if it succeeded, its error code if not.
-fn tally(err: i32, t0: Instant, ok: &mut u64, hist: &mut Histogram<u64>, errors: &mut BTreeMap<i32, u64>) {
-    if err == 0 {
-        *ok += 1;
-        let _ = hist.record(t0.elapsed().as_micros().max(1) as u64);
-    } else {
-        *errors.entry(err).or_default() += 1;
+/// Writes `--samples-out`: "completion_us latency_us" per line, in completion order.
+fn write_samples(path: &std::path::Path, samples: &mut [(u64, u64)]) -> std::io::Result<()> {
+    use std::io::Write;
+    samples.sort_unstable();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (at, micros) in samples.iter() {
+        writeln!(out, "{at} {micros}")?;
     }
+    out.flush()
 }
 
 /// User plus system CPU time of `pids` (whole processes, all threads), from

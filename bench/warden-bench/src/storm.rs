@@ -27,7 +27,7 @@ use super::BenchError;
 use super::Conn;
 
 /// How many sessions open (handshake and setup) at the same time.
-const OPEN_AT_ONCE: usize = 256;
+pub(crate) const OPEN_AT_ONCE: usize = 256;
 
 /// One request of the unrelated client: when it completed, how long it took, a write or not.
 struct Sample {
