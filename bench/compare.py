@@ -10,9 +10,11 @@ Phases (select with --phases):
   throughput  create / set / get / mixed(90% reads), 16 sessions x 8 in flight, 100-byte values
   latency     get / create / set at 1 session x 1 in flight (p50, p99)
   watch       N watchers on one node, setData -> last event (warden-bench watch)
-  sessions    N concurrent sessions held for --session-hold s; held count, RSS per session
-  memory      RSS after --znodes znodes of 100 bytes (ZooKeeper also after a forced GC),
-              then kill -9 + restart, timed from process start to the first successful getData
+  sessions    N concurrent sessions held for --session-hold s; held count, RSS per session (over
+              several loopback source addresses past 20,000 sessions); --rounds rounds
+  memory      RSS after --znodes znodes of --znode-size bytes (ZooKeeper also after a forced GC),
+              the snapshot holding them, then kill -9 + restart, timed from process start to the
+              first successful getData; --rounds rounds
 
 Every throughput/latency/watch run gets a FRESH server (new temp dataDir, new
 port): for each workload, rounds run ZooKeeper, Warden, ZooKeeper, Warden, ...
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import bisect
 import ctypes
 import datetime
 import json
@@ -79,10 +82,12 @@ THROUGHPUT_WORKLOADS = [
 ]
 LATENCY_WORKLOADS = ["get", "create", "set"]
 ALL_PHASES = ["throughput", "latency", "watch", "sessions", "memory", "bigvalues", "wideparent", "overload",
-              "storms", "cpu", "idle"]
+              "storms", "cpu", "idle", "snapload"]
 ENSEMBLE_PHASES = ["throughput", "latency", "bigvalues", "cpu"]  # the phases --ensemble supports
 # The default standalone run leaves out `cpu` (its target is set on a 3-member ensemble).
 DEFAULT_STANDALONE_PHASES = [p for p in ALL_PHASES if p != "cpu"]
+SNAPLOAD_TARGET = 0.5  # snapload: p99 / p99.9 during a snapshot, Warden/ZooKeeper, <= this
+SNAPLOAD_SELF_TARGET = 1.5  # snapload: Warden's p99 during a snapshot / its own outside one, <= this
 STORM_TARGET = 0.5  # storms: time to finish and the unrelated client's p99, ratio <= this
 CPU_TARGET = 0.33  # cpu: CPU-seconds per 1,000 ops summed over members, ratio <= this
 IDLE_TARGET = 0.25  # idle: RSS of a fresh server that served one client, ratio <= this
@@ -790,11 +795,36 @@ class JuteConn:
             self.sock.close()
 
 
-def node_path(i: int, bucket: int) -> str:
-    return f"/warden-mem/b{i // bucket}/n{i % bucket}"
+def _mix(i: int) -> int:
+    """A 64-bit scramble of i (Fibonacci hashing): node i's "random" bits, the same every run."""
+    return (i * 0x9E3779B97F4A7C15) & 0xFFFF_FFFF_FFFF_FFFF
 
 
-def _load_range(port: int, indices: range, bucket: int, value: bytes, window: int, out: dict) -> None:
+def node_path(i: int, bucket: int, path_len: int = 0, varied: bool = False) -> str:
+    """The memory phase's i-th znode: /warden-mem/b<i // bucket>/n<i % bucket>, its name padded
+    to path_len characters in all (0: no padding) with "-ppp..." or, `varied`, with hex digits
+    that differ per node (like the UUIDs and hashes real znode names carry)."""
+    p = f"/warden-mem/b{i // bucket}/n{i % bucket}"
+    if len(p) + 1 >= path_len:
+        return p
+    pad = path_len - len(p) - 1
+    if varied:
+        h = f"{_mix(i):016x}{_mix(i + 1):016x}"
+        return p + "-" + (h * (pad // len(h) + 1))[:pad]
+    return p + "-" + "p" * pad
+
+
+def node_value(i: int, size: int) -> bytes:
+    """A `size`-byte value that differs per node, shaped like what services keep in znodes
+    (a small JSON record: address, port, ids), cut or padded with spaces to size."""
+    m = _mix(i)
+    v = (f'{{"host":"10.{(m >> 8) & 255}.{(m >> 16) & 255}.{(m >> 24) & 255}","port":{1024 + m % 60000},'
+         f'"id":{i},"epoch":{(m >> 32) % 100000},"state":"{("ready", "leader", "follower")[m % 3]}"}}').encode()
+    return v[:size] if len(v) >= size else v + b" " * (size - len(v))
+
+
+def _load_range(port: int, indices: range, bucket: int, value: bytes, window: int, out: dict,
+                path_len: int = 0, varied: bool = False) -> None:
     """Pipelined creates of node_path(i) for i in indices over one session."""
     conn = JuteConn(port, session_timeout_ms=30000, sock_timeout=120.0)
     sem = threading.Semaphore(window)
@@ -810,7 +840,8 @@ def _load_range(port: int, indices: range, bucket: int, value: bytes, window: in
             for i in indices:
                 sem.acquire()
                 xid += 1
-                batch.append(create_frame(xid, node_path(i, bucket), value))
+                batch.append(create_frame(xid, node_path(i, bucket, path_len, varied),
+                                          node_value(i, len(value)) if varied else value))
                 if len(batch) >= 64:
                     conn.sock.sendall(b"".join(batch))
                     batch = []
@@ -860,8 +891,10 @@ def _load_range(port: int, indices: range, bucket: int, value: bytes, window: in
         conn.close()
 
 
-def load_znodes(port: int, n: int, size: int, conns: int, window: int, bucket: int) -> dict:
-    """Create /warden-mem, n/bucket bucket parents, then n nodes of `size` bytes, pipelined."""
+def load_znodes(port: int, n: int, size: int, conns: int, window: int, bucket: int, path_len: int = 0,
+                varied: bool = False) -> dict:
+    """Create /warden-mem, n/bucket bucket parents, then n nodes of `size` bytes, pipelined
+    (`varied`: names and values that differ per node, see node_path and node_value)."""
     value = b"x" * size
     t0 = time.monotonic()
     c = JuteConn(port)
@@ -883,7 +916,8 @@ def load_znodes(port: int, n: int, size: int, conns: int, window: int, bucket: i
         r = range(k * per, min(n, (k + 1) * per))
         if len(r) == 0:
             continue
-        th = threading.Thread(target=_load_range, args=(port, r, bucket, value, window, out), daemon=True)
+        th = threading.Thread(target=_load_range, args=(port, r, bucket, value, window, out, path_len, varied),
+                              daemon=True)
         th.start()
         threads.append(th)
     for th in threads:
@@ -1407,124 +1441,345 @@ def phase_watch(opts, results):
                 log(f"  {res.get('failed') or res}")
 
 
+# One (source address, server address) pair has ip_local_port_range's ~28,000 ephemeral ports;
+# the sessions phase spreads more sessions than this over 127.0.0.2, 127.0.0.3, ... (all of
+# 127/8 is loopback on Linux) so that the server's zoo.cfg stays the same one-address setup.
+SESSIONS_PER_SOURCE_ADDR = 20_000
+
+
+def session_source_addrs(n: int) -> list[str]:
+    """The loopback source addresses for n sessions: 127.0.0.1 and as many more as needed."""
+    return [f"127.0.0.{i + 1}" for i in range(max(1, -(-n // SESSIONS_PER_SOURCE_ADDR)))]
+
+
 def phase_sessions(opts, results):
-    out = results.setdefault("sessions", {"sessions": opts.sessions, "hold_s": opts.session_hold, "runs": {}})
+    """--sessions sessions held --session-hold seconds, a fresh server per run, --rounds rounds
+    alternating ZooKeeper and Warden; runs[kind] is one record per round."""
+    out = results.setdefault("sessions", {"sessions": opts.sessions, "hold_s": opts.session_hold,
+                                          "runs": {k: [] for k in KINDS}})
+    for rnd in range(opts.rounds):
+        for kind in KINDS:
+            log(f"sessions: round {rnd + 1}/{opts.rounds} {LABEL[kind]} {opts.sessions} sessions held "
+                f"{opts.session_hold}s")
+            rec: dict = {}
+            out["runs"][kind].append(rec)
+            sessions_run(opts, kind, rec)
+
+
+def sessions_run(opts, kind: str, rec: dict) -> None:
+    """One sessions run against a fresh server of `kind`; fills `rec`."""
     n = opts.sessions
-    for kind in KINDS:
-        log(f"sessions: {LABEL[kind]} {n} sessions held {opts.session_hold}s")
-        rec: dict = {}
-        out["runs"][kind] = rec
-        with Server(kind, opts, "sessions") as srv:
-            try:
-                srv.start()
-            except RuntimeError as e:
-                rec["failed"] = f"start: {e}"
-                continue
-            time.sleep(2.0)
-            rec["rss_before"] = srv.rss()
-            rec["rss_before_detail"] = rss_detail(srv.pid)
-            if kind == "zookeeper":
-                rec["gc_before_error"] = jcmd_gc(srv.pid)
-                rec["rss_before_gc"] = srv.rss()
-            cmd = [
-                opts.bench_bin_run, "--servers", f"{HOST}:{srv.port}", "--json",
-                "--workload", "sessions", "--clients", str(n), "--duration", str(opts.session_hold),
-            ]
-            t0 = time.monotonic()
-            bench = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            try:
-                # Watch the server's connection count; sample RSS once all N are connected
-                # (or at 80% of the hold time, whichever comes first).
-                peak = 0
-                reached_at = None
-                limit = t0 + opts.session_hold * 0.8
-                while time.monotonic() < limit and bench.poll() is None:
-                    c = srvr_field(srv.port, "Connections")
-                    if c is not None and c.isdigit():
-                        peak = max(peak, int(c))
-                        if int(c) >= n:
-                            reached_at = time.monotonic() - t0
-                            break
-                    time.sleep(0.5)
-                time.sleep(1.0)
+    with Server(kind, opts, "sessions") as srv:
+        try:
+            srv.start()
+        except RuntimeError as e:
+            rec["failed"] = f"start: {e}"
+            return
+        time.sleep(2.0)
+        rec["rss_before"] = srv.rss()
+        rec["rss_before_detail"] = rss_detail(srv.pid)
+        if kind == "zookeeper":
+            rec["gc_before_error"] = jcmd_gc(srv.pid)
+            rec["rss_before_gc"] = srv.rss()
+        cmd = [
+            opts.bench_bin_run, "--servers", f"{HOST}:{srv.port}", "--json",
+            "--workload", "sessions", "--clients", str(n), "--duration", str(opts.session_hold),
+            *(["--local-addrs", ",".join(session_source_addrs(n))] if n > SESSIONS_PER_SOURCE_ADDR else []),
+        ]
+        t0 = time.monotonic()
+        bench = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # Watch the server's connection count; sample RSS once all N are connected, or
+            # once the count has not grown for 10 s (some could not open: the rest are held
+            # together from then on, see warden-bench's sessions workload).
+            peak = 0
+            reached_at = None
+            grew_at = time.monotonic()
+            while time.monotonic() < t0 + 600 and bench.poll() is None:
                 c = srvr_field(srv.port, "Connections")
-                rec["connections_at_sample"] = int(c) if c and c.isdigit() else None
-                rec["peak_connections_seen"] = max(peak, rec["connections_at_sample"] or 0)
-                rec["all_connected_after_s"] = reached_at
-                rec["rss_held"] = srv.rss()
-                rec["rss_held_detail"] = rss_detail(srv.pid)
-                rec["sampled_at_s"] = time.monotonic() - t0
-                if kind == "zookeeper":
-                    rec["gc_held_error"] = jcmd_gc(srv.pid)
-                    rec["rss_held_gc"] = srv.rss()
-                try:
-                    stdout, stderr = bench.communicate(timeout=opts.session_hold + 600)
-                except subprocess.TimeoutExpired:
-                    kill_proc(bench)
-                    rec["bench"] = {"failed": "warden-bench sessions timed out"}
-                else:
-                    if bench.returncode != 0:
-                        rec["bench"] = {"failed": f"exit {bench.returncode}: {stderr.strip()[-300:]}"}
-                    else:
-                        try:
-                            rec["bench"] = json.loads(stdout.strip().splitlines()[-1])
-                        except (ValueError, IndexError):
-                            rec["bench"] = {"failed": f"unparseable: {stdout[-200:]!r}"}
-            finally:
+                if c is not None and c.isdigit():
+                    if int(c) > peak:
+                        peak, grew_at = int(c), time.monotonic()
+                    if int(c) >= n:
+                        reached_at = time.monotonic() - t0
+                        break
+                if peak > 0 and time.monotonic() - grew_at > 10:
+                    break
+                time.sleep(0.5)
+            time.sleep(1.0)
+            c = srvr_field(srv.port, "Connections")
+            rec["connections_at_sample"] = int(c) if c and c.isdigit() else None
+            rec["peak_connections_seen"] = max(peak, rec["connections_at_sample"] or 0)
+            rec["all_connected_after_s"] = reached_at
+            rec["rss_held"] = srv.rss()
+            rec["rss_held_detail"] = rss_detail(srv.pid)
+            rec["sampled_at_s"] = time.monotonic() - t0
+            if kind == "zookeeper":
+                rec["gc_held_error"] = jcmd_gc(srv.pid)
+                rec["rss_held_gc"] = srv.rss()
+            try:
+                stdout, stderr = bench.communicate(timeout=opts.session_hold + 600)
+            except subprocess.TimeoutExpired:
                 kill_proc(bench)
-            b = rec.get("bench", {})
-            log(f"  held {b.get('held')} / {b.get('opened')}; RSS {mib(rec['rss_before'])} -> {mib(rec['rss_held'])}")
+                rec["bench"] = {"failed": "warden-bench sessions timed out"}
+            else:
+                if bench.returncode != 0:
+                    rec["bench"] = {"failed": f"exit {bench.returncode}: {stderr.strip()[-300:]}"}
+                else:
+                    try:
+                        rec["bench"] = json.loads(stdout.strip().splitlines()[-1])
+                    except (ValueError, IndexError):
+                        rec["bench"] = {"failed": f"unparseable: {stdout[-200:]!r}"}
+        finally:
+            kill_proc(bench)
+        b = rec.get("bench", {})
+        log(f"  held {b.get('held')} / {b.get('opened')}; RSS {mib(rec['rss_before'])} -> {mib(rec['rss_held'])}")
+
+
+def snapshot_files(kind: str, data_dir: Path) -> list[Path]:
+    """The server's complete snapshot files: ZooKeeper's version-2/snapshot.<zxid>, Warden's
+    version-2/snapshot-<term>-<index>.bin (written to a temp name, then renamed)."""
+    d = data_dir / "version-2"
+    pat = "snapshot.*" if kind == "zookeeper" else "snapshot-*.bin"
+    try:
+        return [f for f in d.glob(pat) if f.is_file()]
+    except OSError:
+        return []
+
+
+def settled_snapshot(kind: str, data_dir: Path, newer_than: float, timeout: float = 300.0) -> dict:
+    """Waits for a snapshot file modified after `newer_than` (wall clock) whose size has not
+    changed for 3 s, and returns its name, size and the seconds waited."""
+    t0 = time.monotonic()
+    last: tuple[str, int] | None = None
+    stable_since = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        files = [f for f in snapshot_files(kind, data_dir) if f.stat().st_mtime >= newer_than]
+        if files:
+            f = max(files, key=lambda x: x.stat().st_mtime)
+            cur = (f.name, f.stat().st_size)
+            if cur != last:
+                last, stable_since = cur, time.monotonic()
+            elif time.monotonic() - stable_since >= 3.0:
+                return {"file": cur[0], "bytes": cur[1], "waited_s": time.monotonic() - t0}
+        time.sleep(0.5)
+    return {"failed": f"no settled snapshot newer than the load after {timeout:.0f}s (last seen {last})"}
 
 
 def phase_memory(opts, results):
-    out = results.setdefault("memory", {"znodes": opts.znodes, "size": 100, "runs": {}})
-    n = opts.znodes
-    known = node_path(n - 1, opts.bucket)
-    for kind in KINDS:
-        log(f"memory: {LABEL[kind]} loading {n} znodes of 100 bytes")
-        rec: dict = {}
-        out["runs"][kind] = rec
-        with Server(kind, opts, "memory") as srv:
-            try:
-                srv.start()
-            except RuntimeError as e:
-                rec["failed"] = f"start: {e}"
-                continue
-            time.sleep(1.0)
-            rec["rss_idle"] = srv.rss()
-            rec["rss_idle_detail"] = rss_detail(srv.pid)
-            rec["load"] = load_znodes(srv.port, n, 100, opts.loader_conns, opts.loader_window, opts.bucket)
-            log(f"  loaded {rec['load'].get('ok')} in {rec['load']['seconds']:.1f}s "
-                f"({rec['load'].get('rate_per_sec') or 0:,.0f}/s) errors={rec['load'].get('errors')} "
-                f"failures={rec['load'].get('failures')}")
-            nc = srvr_field(srv.port, "Node count")
-            rec["node_count"] = int(nc) if nc and nc.isdigit() else nc
-            time.sleep(2.0)
-            rec["rss_loaded"] = srv.rss()
-            rec["rss_loaded_detail"] = rss_detail(srv.pid)
-            if kind == "zookeeper":
-                rec["gc_error"] = jcmd_gc(srv.pid)
-                rec["rss_loaded_gc"] = srv.rss()
-                rec["rss_loaded_gc_detail"] = rss_detail(srv.pid)
-            log(f"  RSS idle {mib(rec['rss_idle'])} loaded {mib(rec['rss_loaded'])}"
-                + (f" after GC {mib(rec.get('rss_loaded_gc'))}" if kind == "zookeeper" else ""))
+    """--znodes znodes loaded into a fresh server per run, --rounds rounds alternating
+    ZooKeeper and Warden: RSS, the size of the snapshot that holds them all, and restart
+    (kill -9) to the first read. runs[kind] is one record per round."""
+    out = results.setdefault("memory", {"znodes": opts.znodes, "size": opts.znode_size, "path_len": opts.path_len,
+                                        "varied": opts.varied, "bucket": opts.bucket,
+                                        "runs": {k: [] for k in KINDS}})
+    for rnd in range(opts.rounds):
+        for kind in KINDS:
+            log(f"memory: round {rnd + 1}/{opts.rounds} {LABEL[kind]} loading {opts.znodes} znodes of "
+                f"{opts.znode_size} bytes")
+            rec: dict = {}
+            out["runs"][kind].append(rec)
+            memory_run(opts, kind, rec)
 
-            # Restart: kill -9, start, time to the first successful getData of a known node.
-            ok, why = first_read(srv.port, known, 100, time.monotonic() + 30)
-            rec["pre_restart_read"] = why
-            srv.kill()
-            t0 = srv.spawn_only()
-            ok, why = first_read(srv.port, known, 100, t0 + opts.restart_timeout)
-            rec["restart_first_read_s"] = (time.monotonic() - t0) if ok else None
-            rec["restart_result"] = why
-            if ok:
-                nc = srvr_field(srv.port, "Node count")
-                rec["node_count_after_restart"] = int(nc) if nc and nc.isdigit() else nc
-                time.sleep(1.0)
-                rec["rss_after_restart"] = srv.rss()
-                rec["rss_after_restart_detail"] = rss_detail(srv.pid)
-            log(f"  restart: first read after {rec['restart_first_read_s']} s ({why}); "
-                f"RSS after restart {mib(rec.get('rss_after_restart'))}")
+
+def memory_run(opts, kind: str, rec: dict) -> None:
+    """One memory run against a fresh server of `kind`; fills `rec`."""
+    n = opts.znodes
+    known = node_path(n - 1, opts.bucket, opts.path_len, opts.varied)
+    with Server(kind, opts, "memory") as srv:
+        try:
+            srv.start()
+        except RuntimeError as e:
+            rec["failed"] = f"start: {e}"
+            return
+        time.sleep(1.0)
+        rec["rss_idle"] = srv.rss()
+        rec["rss_idle_detail"] = rss_detail(srv.pid)
+        rec["load"] = load_znodes(srv.port, n, opts.znode_size, opts.loader_conns, opts.loader_window, opts.bucket,
+                                  opts.path_len, opts.varied)
+        log(f"  loaded {rec['load'].get('ok')} in {rec['load']['seconds']:.1f}s "
+            f"({rec['load'].get('rate_per_sec') or 0:,.0f}/s) errors={rec['load'].get('errors')} "
+            f"failures={rec['load'].get('failures')}")
+        nc = srvr_field(srv.port, "Node count")
+        rec["node_count"] = int(nc) if nc and nc.isdigit() else nc
+        time.sleep(2.0)
+        rec["rss_loaded"] = srv.rss()
+        rec["rss_loaded_detail"] = rss_detail(srv.pid)
+        if kind == "zookeeper":
+            rec["gc_error"] = jcmd_gc(srv.pid)
+            rec["rss_loaded_gc"] = srv.rss()
+            rec["rss_loaded_gc_detail"] = rss_detail(srv.pid)
+        log(f"  RSS idle {mib(rec['rss_idle'])} loaded {mib(rec['rss_loaded'])}"
+            + (f" after GC {mib(rec.get('rss_loaded_gc'))}" if kind == "zookeeper" else ""))
+
+        # Snapshot size: both servers snapshot every snapCount (100,000) txns, so a burst of
+        # setData (3 s of set 16x8 on 16,000 small keys of their own, well over 100,000 txns
+        # on either server) after the load makes each write one that holds the whole tree.
+        filler_start = time.time()
+        rec["snapshot_filler"] = run_bench(opts, srv.port, [
+            "--workload", "set", "--clients", "16", "--inflight", "8", "--size", "100",
+            "--duration", "3"], timeout=bench_timeout(opts, 120.0))
+        rec["snapshot"] = settled_snapshot(kind, srv.data_dir, filler_start)
+        log(f"  snapshot after the load: {rec['snapshot']}")
+
+        # Restart: kill -9, start, time to the first successful getData of a known node.
+        ok, why = first_read(srv.port, known, opts.znode_size, time.monotonic() + 30)
+        rec["pre_restart_read"] = why
+        srv.kill()
+        t0 = srv.spawn_only()
+        ok, why = first_read(srv.port, known, opts.znode_size, t0 + opts.restart_timeout)
+        rec["restart_first_read_s"] = (time.monotonic() - t0) if ok else None
+        rec["restart_result"] = why
+        if ok:
+            nc = srvr_field(srv.port, "Node count")
+            rec["node_count_after_restart"] = int(nc) if nc and nc.isdigit() else nc
+            time.sleep(1.0)
+            rec["rss_after_restart"] = srv.rss()
+            rec["rss_after_restart_detail"] = rss_detail(srv.pid)
+        log(f"  restart: first read after {rec['restart_first_read_s']} s ({why}); "
+            f"RSS after restart {mib(rec.get('rss_after_restart'))}")
+
+
+class SnapshotWatcher:
+    """Polls a server's version-2 directory every 10 ms from a thread and records when each
+    snapshot written after start() was being written: from the first sight of its file
+    (ZooKeeper's snapshot.<zxid>, Warden's snapshot-<term>-<index>.tmp, renamed to .bin when
+    durable) to the last poll that saw it grow or change name. Wall-clock seconds."""
+
+    def __init__(self, data_dir: Path):
+        self.dir = data_dir / "version-2"
+        self.stop_ev = threading.Event()
+        self.seen: dict[str, list] = {}  # key -> [first_seen, last_change, (name, size)]
+        self.before: set[str] = set()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _key(name: str) -> str:
+        for suffix in (".tmp", ".bin"):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+        return name
+
+    def _scan(self) -> dict[str, tuple[str, int]]:
+        out = {}
+        try:
+            with os.scandir(self.dir) as it:
+                for e in it:
+                    if e.name.startswith("snapshot"):
+                        try:
+                            out[self._key(e.name)] = (e.name, e.stat().st_size)
+                        except OSError:
+                            pass
+        except OSError:
+            pass
+        return out
+
+    def start(self) -> None:
+        self.before = set(self._scan())
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop_ev.wait(0.01):
+            now = time.time()
+            for key, state in self._scan().items():
+                if key in self.before:
+                    continue
+                rec = self.seen.get(key)
+                if rec is None:
+                    self.seen[key] = [now, now, state]
+                elif rec[2] != state:
+                    rec[1], rec[2] = now, state
+
+    def stop(self) -> list[tuple[float, float]]:
+        """The snapshot-writing intervals seen, (start, end) in wall-clock seconds."""
+        self.stop_ev.set()
+        self.thread.join(5)
+        return sorted((first, last + 0.01) for first, last, _ in self.seen.values())
+
+
+def pct(xs: list[int], q: float) -> float | None:
+    """The q-quantile (0..1) of sorted xs (nearest rank), or None if empty."""
+    if not xs:
+        return None
+    return xs[min(len(xs) - 1, max(0, int(q * len(xs) + 0.5) - 1))]
+
+
+def split_samples(path: Path, start_unix_s: float, intervals: list[tuple[float, float]]) -> dict:
+    """warden-bench --samples-out lines ("completion_us latency_us") split into operations that
+    overlapped a snapshot interval and those that did not; latency percentiles of each, ms."""
+    iv = sorted(((a - start_unix_s) * 1e6, (b - start_unix_s) * 1e6) for a, b in intervals)
+    starts = [a for a, _ in iv]
+    during: list[int] = []
+    outside: list[int] = []
+    with open(path) as f:
+        for line in f:
+            c, lat = map(int, line.split())
+            s0 = c - lat
+            k = bisect.bisect_left(starts, c)  # iv[:k] began before the op completed
+            hit = any(b > s0 for _, b in iv[max(0, k - 4): k])  # snapshots are seconds apart
+            (during if hit else outside).append(lat)
+    out: dict = {"ops_during": len(during), "ops_outside": len(outside)}
+    for name, xs in (("during", during), ("outside", outside), ("all", during + outside)):
+        xs.sort()
+        for q, label in ((0.5, "p50"), (0.99, "p99"), (0.999, "p999")):
+            v = pct(xs, q)
+            out[f"{name}_{label}_ms"] = None if v is None else v / 1000.0
+        out[f"{name}_max_ms"] = xs[-1] / 1000.0 if xs else None
+    return out
+
+
+def phase_snapload(opts, results):
+    """Issue 43's snapshots under load, standalone, a fresh server per run, --rounds rounds
+    alternating ZooKeeper and Warden: load --snap-znodes znodes of 100 bytes; measure the
+    server's set capacity (16x8, 3 s); then offer --snap-load of that capacity as setData at a
+    fixed rate (16 sessions, up to 64 in flight each, latency counted from when each request
+    was due) for --duration seconds while the server snapshots on its own every snapCount
+    (100,000) txns, as both do by default. Operations are split by whether they overlapped a
+    snapshot being written (SnapshotWatcher); p99 and p99.9 of each part."""
+    out = results.setdefault("snapload", {"znodes": opts.snap_znodes, "load": opts.snap_load,
+                                          "runs": {k: [] for k in KINDS}})
+    for rnd in range(opts.rounds):
+        for kind in KINDS:
+            log(f"snapload: round {rnd + 1}/{opts.rounds} {LABEL[kind]} {opts.snap_znodes} znodes")
+            rec: dict = {}
+            out["runs"][kind].append(rec)
+            with Server(kind, opts, f"snapload-{rnd}") as srv:
+                try:
+                    srv.start()
+                except RuntimeError as e:
+                    rec["failed"] = f"start: {e}"
+                    continue
+                rec["load"] = load_znodes(srv.port, opts.snap_znodes, 100, opts.loader_conns, opts.loader_window,
+                                          opts.bucket)
+                cap = run_bench(opts, srv.port, ["--workload", "set", "--clients", "16", "--inflight", "8",
+                                                 "--size", "100", "--duration", "3"], bench_timeout(opts, 120))
+                if "failed" in cap or not cap.get("ops_per_sec"):
+                    rec["failed"] = f"capacity run: {cap.get('failed', cap)}"
+                    continue
+                rec["capacity_ops_per_sec"] = cap["ops_per_sec"]
+                rate = cap["ops_per_sec"] * opts.snap_load
+                time.sleep(3.0)  # let a snapshot the capacity run started finish
+                watcher = SnapshotWatcher(srv.data_dir)
+                watcher.start()
+                samples = srv.base / "samples.txt"
+                res = run_bench(opts, srv.port, ["--workload", "set", "--clients", "16", "--inflight", "64",
+                                                 "--size", "100", "--rate", f"{rate:.0f}",
+                                                 "--duration", str(opts.duration), "--samples-out", str(samples)],
+                                bench_timeout(opts, 120))
+                intervals = watcher.stop()
+                rec["run"] = res
+                if "failed" in res:
+                    rec["failed"] = f"loaded run: {res['failed']}"
+                    continue
+                rec["offered_ops_per_sec"] = rate
+                rec["snapshots"] = [(a - res["start_unix_s"], b - a) for a, b in intervals]
+                rec.update(split_samples(samples, res["start_unix_s"], intervals))
+                durs = [b - a for a, b in intervals]
+                log(f"  capacity {cap['ops_per_sec']:,.0f}/s, offered {rate:,.0f}/s, delivered "
+                    f"{res.get('ops_per_sec', 0):,.0f}/s; {len(intervals)} snapshots "
+                    f"(median {statistics.median(durs) if durs else 0:.2f} s); p99/p99.9 during "
+                    f"{rec.get('during_p99_ms')}/{rec.get('during_p999_ms')} ms, outside "
+                    f"{rec.get('outside_p99_ms')}/{rec.get('outside_p999_ms')} ms")
 
 
 # ---------------------------------------------------------------------------
@@ -1734,98 +1989,129 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
     if "memory" in results:
         mem = results["memory"]
         n = mem["znodes"]
-        L.append(f"## Memory: {n:,} znodes of 100 bytes (plus {((n + opts.bucket - 1) // opts.bucket) + 1:,} empty parents)")
+        size = mem.get("size", 100)
+        runs = {k: v if isinstance(v, list) else [v] for k, v in mem["runs"].items()}  # older files: one run
+        pairs = list(zip(*(runs.get(k, []) for k in KINDS)))
+        L.append(f"## Memory: {n:,} znodes of {size} bytes (plus {((n + opts.bucket - 1) // opts.bucket) + 1:,} "
+                 f"empty parents), {len(pairs)} round(s)")
         L.append("")
         L.append("Loaded by a pipelined raw-jute Python loader "
                  f"({opts.loader_conns} sessions x {opts.loader_window} in flight), nodes "
-                 f"`/warden-mem/b<i/{opts.bucket}>/n<i%{opts.bucket}>`. RSS = VmRSS from /proc/<pid>/status.")
+                 f"`/warden-mem/b<i/{mem.get('bucket', opts.bucket)}>/n<i%{mem.get('bucket', opts.bucket)}>`"
+                 + (f" padded to {mem['path_len']}-character paths" if mem.get("path_len") else "")
+                 + (" (names and values varied per node: hex-digit name suffixes, JSON-like records)"
+                    if mem.get("varied") else "")
+                 + ". RSS = VmRSS from /proc/<pid>/status. Snapshot: the newest complete snapshot file after "
+                 "3 s of set 16x8 made each server write one holding the whole tree.")
         L.append("")
         L.append("| server | RSS idle | RSS after load | of which RssAnon / RssFile | RSS after load + forced GC | "
-                 "(RSS - idle)/znode | node count (srvr) | load time / rate | load errors |")
-        L.append("|---|---:|---:|---:|---:|---:|---:|---|---|")
-        for kind in KINDS:
-            r = mem["runs"].get(kind)
-            if not r:
-                continue
-            if "failed" in r:
-                L.append(f"| {LABEL[kind]} | FAILED: {r['failed'][:200]} ||||||||")
-                continue
-            ld = r.get("load", {})
-            base = r.get("rss_loaded_gc") if kind == "zookeeper" and r.get("rss_loaded_gc") else r.get("rss_loaded")
-            per = (base - r["rss_idle"]) / n if base and r.get("rss_idle") else None
-            gc = mib(r.get("rss_loaded_gc")) if kind == "zookeeper" else "(no GC)"
-            if kind == "zookeeper" and r.get("gc_error"):
-                gc = f"n/a ({r['gc_error']})"
-            errs = {k: v for k, v in ld.items() if k in ("errors", "failures")}
-            d = r.get("rss_loaded_detail") or {}
-            L.append(
-                f"| {LABEL[kind]} | {mib(r.get('rss_idle'))} | {mib(r.get('rss_loaded'))} | "
-                f"{mib(d.get('RssAnon'))} / {mib(d.get('RssFile'))} | {gc} | "
-                f"{'n/a' if per is None else f'{per:.0f} B'} | {r.get('node_count')} | "
-                f"{ld.get('seconds', 0):.1f} s / {ld.get('rate_per_sec') or 0:,.0f} per s | {errs or 'none'} |"
-            )
-        zr, wr = mem["runs"].get("zookeeper", {}), mem["runs"].get("warden", {})
+                 "(RSS - idle)/znode | node count (srvr) | load time / rate | snapshot bytes | load errors |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
+
+        def snap_bytes(r: dict) -> int | None:
+            return (r.get("snapshot") or {}).get("bytes")
+
+        for rnd, pair in enumerate(pairs):
+            for kind, r in zip(KINDS, pair):
+                if "failed" in r:
+                    L.append(f"| {LABEL[kind]} (round {rnd + 1}) | FAILED: {r['failed'][:200]} |||||||||")
+                    continue
+                ld = r.get("load", {})
+                base = r.get("rss_loaded_gc") if kind == "zookeeper" and r.get("rss_loaded_gc") else r.get("rss_loaded")
+                per = (base - r["rss_idle"]) / n if base and r.get("rss_idle") else None
+                gc = mib(r.get("rss_loaded_gc")) if kind == "zookeeper" else "(no GC)"
+                if kind == "zookeeper" and r.get("gc_error"):
+                    gc = f"n/a ({r['gc_error']})"
+                errs = {k: v for k, v in ld.items() if k in ("errors", "failures")}
+                d = r.get("rss_loaded_detail") or {}
+                sb = snap_bytes(r)
+                snap = f"{sb:,}" if sb else f"n/a ({str((r.get('snapshot') or {}).get('failed', 'not measured'))[:80]})"
+                L.append(
+                    f"| {LABEL[kind]} (round {rnd + 1}) | {mib(r.get('rss_idle'))} | {mib(r.get('rss_loaded'))} | "
+                    f"{mib(d.get('RssAnon'))} / {mib(d.get('RssFile'))} | {gc} | "
+                    f"{'n/a' if per is None else f'{per:.0f} B'} | {r.get('node_count')} | "
+                    f"{ld.get('seconds', 0):.1f} s / {ld.get('rate_per_sec') or 0:,.0f} per s | {snap} | "
+                    f"{errs or 'none'} |"
+                )
         L.append("")
         L.append("(RSS - idle)/znode uses ZooKeeper's after-GC RSS. RssFile counts file pages mapped into the process "
                  "(e.g. an mmap'd database file).")
-        if zr.get("rss_loaded") and wr.get("rss_loaded"):
-            L.append("")
-            L.append(f"Warden/ZooKeeper RSS after load: {wr['rss_loaded'] / zr['rss_loaded']:.2f}"
-                     + (f" (vs ZooKeeper after GC: {wr['rss_loaded'] / zr['rss_loaded_gc']:.2f})"
-                        if zr.get("rss_loaded_gc") else ""))
+        L.append("")
+
+        def ratio_line(what: str, key) -> None:
+            xs = [key(w) / key(z) for z, w in pairs
+                  if "failed" not in z and "failed" not in w and key(z) and key(w) is not None]
+            if xs:
+                L.append(f"- Warden/ZooKeeper {what}, min / median / max over {len(xs)} round(s): "
+                         f"{fmt_stats3(stats3(xs))}")
+
+        ratio_line("RSS after load", lambda r: r.get("rss_loaded"))
+        ratio_line("RSS after load, ZooKeeper's after a forced GC",
+                   lambda r: r.get("rss_loaded_gc") or r.get("rss_loaded"))
+        ratio_line("snapshot size on disk", snap_bytes)
+        ratio_line("restart to first read", lambda r: r.get("restart_first_read_s"))
         L.append("")
         L.append("## Restart with those znodes present (kill -9, start, first successful getData of a known node)")
         L.append("")
         L.append("| server | process start -> first successful read | node count after restart | RSS after restart | result |")
         L.append("|---|---:|---:|---:|---|")
-        for kind in KINDS:
-            r = mem["runs"].get(kind)
-            if not r or "failed" in r:
-                continue
-            t = r.get("restart_first_read_s")
-            L.append(f"| {LABEL[kind]} | {'n/a' if t is None else f'{t:.2f} s'} | {r.get('node_count_after_restart')} | "
-                     f"{mib(r.get('rss_after_restart'))} | {r.get('restart_result')} |")
-        if zr.get("restart_first_read_s") and wr.get("restart_first_read_s"):
-            L.append("")
-            L.append(f"Warden/ZooKeeper restart time: {wr['restart_first_read_s'] / zr['restart_first_read_s']:.2f}")
+        for rnd, pair in enumerate(pairs):
+            for kind, r in zip(KINDS, pair):
+                if "failed" in r:
+                    continue
+                t = r.get("restart_first_read_s")
+                L.append(f"| {LABEL[kind]} (round {rnd + 1}) | {'n/a' if t is None else f'{t:.2f} s'} | "
+                         f"{r.get('node_count_after_restart')} | {mib(r.get('rss_after_restart'))} | "
+                         f"{r.get('restart_result')} |")
         L.append("")
 
     if "sessions" in results:
         ss = results["sessions"]
         L.append(f"## Sessions: {ss['sessions']:,} concurrent sessions held {ss['hold_s']:g} s")
         L.append("")
-        L.append("RSS sampled once the server reported all sessions connected (srvr `Connections:`), "
-                 "or at 80% of the hold time; per session = (RSS held - RSS before) / requested sessions.")
+        L.append("All sessions are opened (256 handshakes at a time, each pinged every 10 s from then on), then "
+                 "held together for the hold time. RSS sampled once the server reported all sessions connected "
+                 "(srvr `Connections:`), or once that count stopped growing for 10 s; per session = "
+                 "(RSS held - RSS before) / requested sessions.")
         L.append("")
         L.append("| server | opened | held to the end | connections at sample (peak) | all connected after | "
                  "RSS before | RSS held | RSS per session | after forced GC: before / held / per session |")
         L.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-        for kind in KINDS:
-            r = ss["runs"].get(kind)
-            if not r:
-                continue
-            if "failed" in r:
-                L.append(f"| {LABEL[kind]} | FAILED: {r['failed'][:200]} ||||||||")
-                continue
-            b = r.get("bench", {})
-            n = ss["sessions"]
-            per = (r["rss_held"] - r["rss_before"]) / n if r.get("rss_held") and r.get("rss_before") else None
-            gc = "n/a"
-            if kind == "zookeeper":
-                if r.get("rss_held_gc") and r.get("rss_before_gc"):
-                    gper = (r["rss_held_gc"] - r["rss_before_gc"]) / n
-                    gc = f"{mib(r['rss_before_gc'])} / {mib(r['rss_held_gc'])} / {gper / 1024:.1f} KiB"
-                if r.get("gc_held_error"):
-                    gc = f"n/a ({r['gc_held_error']})"
-            at = r.get("all_connected_after_s")
-            held = b.get("held", f"FAIL: {b.get('failed', '')[:120]}")
-            L.append(
-                f"| {LABEL[kind]} | {b.get('opened', n)} | {held} | {r.get('connections_at_sample')} "
-                f"({r.get('peak_connections_seen')}) | {'not reached' if at is None else f'{at:.1f} s'} | "
-                f"{mib(r.get('rss_before'))} | {mib(r.get('rss_held'))} | "
-                f"{'n/a' if per is None else f'{per / 1024:.1f} KiB'} | {gc} |"
-            )
+        n = ss["sessions"]
+
+        def per_session(r: dict) -> float | None:
+            return (r["rss_held"] - r["rss_before"]) / n if r.get("rss_held") and r.get("rss_before") else None
+
+        runs = {k: v if isinstance(v, list) else [v] for k, v in ss["runs"].items()}  # older files: one run
+        for rnd, pair in enumerate(zip(*(runs.get(k, []) for k in KINDS))):
+            for kind, r in zip(KINDS, pair):
+                if "failed" in r:
+                    L.append(f"| {LABEL[kind]} | FAILED: {r['failed'][:200]} ||||||||")
+                    continue
+                b = r.get("bench", {})
+                per = per_session(r)
+                gc = "n/a"
+                if kind == "zookeeper":
+                    if r.get("rss_held_gc") and r.get("rss_before_gc"):
+                        gper = (r["rss_held_gc"] - r["rss_before_gc"]) / n
+                        gc = f"{mib(r['rss_before_gc'])} / {mib(r['rss_held_gc'])} / {gper / 1024:.1f} KiB"
+                    if r.get("gc_held_error"):
+                        gc = f"n/a ({r['gc_held_error']})"
+                at = r.get("all_connected_after_s")
+                held = b.get("held", f"FAIL: {b.get('failed', '')[:120]}")
+                L.append(
+                    f"| {LABEL[kind]} (round {rnd + 1}) | {b.get('opened', n)} | {held} | {r.get('connections_at_sample')} "
+                    f"({r.get('peak_connections_seen')}) | {'not reached' if at is None else f'{at:.1f} s'} | "
+                    f"{mib(r.get('rss_before'))} | {mib(r.get('rss_held'))} | "
+                    f"{'n/a' if per is None else f'{per / 1024:.1f} KiB'} | {gc} |"
+                )
         L.append("")
+        ratios = [per_session(w) / per_session(z) for z, w in zip(runs.get("zookeeper", []), runs.get("warden", []))
+                  if "failed" not in z and "failed" not in w and per_session(z) and per_session(w) is not None]
+        if ratios:
+            L.append(f"Warden/ZooKeeper RSS per session, min / median / max over {len(ratios)} rounds: "
+                     f"{fmt_stats3(stats3(ratios))}")
+            L.append("")
 
     if "watch" in results:
         w = results["watch"]
@@ -1928,6 +2214,52 @@ def render_markdown(opts, results: dict, meta: dict) -> str:
                      f"{verdict(st, CPU_TARGET, False)} |")
         L.append("")
 
+    if "snapload" in results:
+        sl = results["snapload"]
+        runs = sl["runs"]
+        pairs = list(zip(*(runs.get(k, []) for k in KINDS)))
+        L.append(f"## Snapshots under load: {sl['znodes']:,} znodes, setData at {sl['load']:.0%} of each server's "
+                 f"own capacity, {len(pairs)} round(s)")
+        L.append("")
+        L.append("Capacity: set 16x8 for 3 s on the loaded server. Then setData offered at a fixed rate (16 sessions, "
+                 "up to 64 in flight each; latency counted from when each request was due, so a stall delays the "
+                 "sends it holds up and they count). Both servers snapshot on their own every snapCount "
+                 "(100,000) txns. An operation is *during* a snapshot if it overlapped the time a snapshot file was "
+                 "being written (the data dir polled every 10 ms), *outside* otherwise. Latencies in ms.")
+        L.append("")
+        L.append("| server | capacity, ops/s | offered / delivered, ops/s | snapshots (median s to write) | "
+                 "ops during / outside | during p99 / p99.9 / max | outside p99 / p99.9 |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|")
+        for rnd, pair in enumerate(pairs):
+            for kind, r in zip(KINDS, pair):
+                if "failed" in r:
+                    L.append(f"| {LABEL[kind]} (round {rnd + 1}) | FAILED: {r['failed'][:200]} ||||||")
+                    continue
+                snaps = r.get("snapshots") or []
+                med = statistics.median([d for _, d in snaps]) if snaps else None
+                L.append(
+                    f"| {LABEL[kind]} (round {rnd + 1}) | {r['capacity_ops_per_sec']:,.0f} | "
+                    f"{r['offered_ops_per_sec']:,.0f} / {r['run'].get('ops_per_sec', 0):,.0f} | "
+                    f"{len(snaps)} ({fmt_num(med)}) | {r.get('ops_during'):,} / {r.get('ops_outside'):,} | "
+                    f"{fmt_num(r.get('during_p99_ms'))} / {fmt_num(r.get('during_p999_ms'))} / "
+                    f"{fmt_num(r.get('during_max_ms'))} | "
+                    f"{fmt_num(r.get('outside_p99_ms'))} / {fmt_num(r.get('outside_p999_ms'))} |")
+        L.append("")
+        ok = [(z, w) for z, w in pairs if "failed" not in z and "failed" not in w]
+
+        def ratios(fw, fz) -> list[float]:
+            return [fw(w) / fz(z) for z, w in ok if fz(z) and fw(w) is not None]
+
+        for label, key in (("p99", "during_p99_ms"), ("p99.9", "during_p999_ms")):
+            st = stats3(ratios(lambda r, k=key: r.get(k), lambda r, k=key: r.get(k)))
+            L.append(f"- Warden/ZooKeeper write {label} during a snapshot: {fmt_stats3(st)} "
+                     f"(target <= {SNAPLOAD_TARGET}: {verdict(st, SNAPLOAD_TARGET, False)})")
+        st = stats3([w["during_p99_ms"] / w["outside_p99_ms"] for _, w in ok
+                     if w.get("during_p99_ms") is not None and w.get("outside_p99_ms")])
+        L.append(f"- Warden's p99 during a snapshot / its own p99 outside one: {fmt_stats3(st)} "
+                 f"(target <= {SNAPLOAD_SELF_TARGET}: {verdict(st, SNAPLOAD_SELF_TARGET, False)})")
+        L.append("")
+
     if "storms" in results:
         L.append("## Storms — standalone")
         L.append("")
@@ -1983,7 +2315,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of measured load per warden-bench run")
     ap.add_argument("--warmup", type=float, default=3.0,
                     help="seconds of unmeasured load (same workload) on each fresh server before the measured run; 0 = none")
-    ap.add_argument("--znodes", type=int, default=1_000_000, help="znodes (100 bytes) for the memory/restart phase")
+    ap.add_argument("--znodes", type=int, default=1_000_000, help="znodes for the memory/restart phase")
+    ap.add_argument("--znode-size", type=int, default=100, help="value bytes of each memory-phase znode")
+    ap.add_argument("--varied", action="store_true",
+                    help="memory phase: names and values that differ per node (hex name suffixes, JSON-like "
+                         "values) instead of repeated bytes, so a compressed snapshot is not flattered")
+    ap.add_argument("--snap-znodes", type=int, default=1_000_000, help="znodes (100 bytes) for the snapload phase")
+    ap.add_argument("--snap-load", type=float, default=0.5,
+                    help="snapload phase: the fraction of each server's own set capacity offered")
+    ap.add_argument("--path-len", type=int, default=0,
+                    help="memory phase: pad each znode's name so its whole path has this many characters "
+                         "(0: /warden-mem/b<i>/n<j> as is, ~20)")
     ap.add_argument("--sessions", type=int, default=10_000, help="concurrent sessions for the sessions phase")
     ap.add_argument("--session-hold", type=float, default=60.0, help="seconds the sessions are held")
     ap.add_argument("--watchers", type=int, default=10_000, help="watchers on one node for the watch phase")
@@ -2086,6 +2428,12 @@ def main(argv=None) -> int:
         pass
     need = max(opts.sessions, opts.watchers, opts.storm_sessions) + 200
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < need:
+        try:  # as root, raise the hard limit itself (children inherit it)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need + 1000, need + 1000))
+            hard = need + 1000
+        except (ValueError, OSError):
+            pass
     problems: list[str] = []
     if hard != resource.RLIM_INFINITY and hard < need:
         problems.append(f"RLIMIT_NOFILE hard limit {hard} < {need} needed for {max(opts.sessions, opts.watchers)} sessions")
@@ -2146,6 +2494,7 @@ def main(argv=None) -> int:
             "watch": phase_watch,
             "sessions": phase_sessions,
             "memory": phase_memory,
+            "snapload": phase_snapload,
         }
         for ph in opts.phase_list:
             try:
