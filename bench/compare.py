@@ -1452,18 +1452,24 @@ def session_source_addrs(n: int) -> list[str]:
     return [f"127.0.0.{i + 1}" for i in range(max(1, -(-n // SESSIONS_PER_SOURCE_ADDR)))]
 
 
+def alternate_rounds(opts, runs: dict, what: str, run) -> None:
+    """--rounds rounds of `run(opts, kind, rec)`, ZooKeeper then Warden in each, a fresh record
+    appended to runs[kind] for each run."""
+    for rnd in range(opts.rounds):
+        for kind in KINDS:
+            log(f"{what}: round {rnd + 1}/{opts.rounds} {LABEL[kind]}")
+            rec: dict = {}
+            runs[kind].append(rec)
+            run(opts, kind, rec)
+
+
 def phase_sessions(opts, results):
     """--sessions sessions held --session-hold seconds, a fresh server per run, --rounds rounds
     alternating ZooKeeper and Warden; runs[kind] is one record per round."""
     out = results.setdefault("sessions", {"sessions": opts.sessions, "hold_s": opts.session_hold,
                                           "runs": {k: [] for k in KINDS}})
-    for rnd in range(opts.rounds):
-        for kind in KINDS:
-            log(f"sessions: round {rnd + 1}/{opts.rounds} {LABEL[kind]} {opts.sessions} sessions held "
-                f"{opts.session_hold}s")
-            rec: dict = {}
-            out["runs"][kind].append(rec)
-            sessions_run(opts, kind, rec)
+    alternate_rounds(opts, out["runs"], f"sessions: {opts.sessions} sessions held {opts.session_hold}s",
+                     sessions_run)
 
 
 def sessions_run(opts, kind: str, rec: dict) -> None:
@@ -1573,13 +1579,8 @@ def phase_memory(opts, results):
     out = results.setdefault("memory", {"znodes": opts.znodes, "size": opts.znode_size, "path_len": opts.path_len,
                                         "varied": opts.varied, "bucket": opts.bucket,
                                         "runs": {k: [] for k in KINDS}})
-    for rnd in range(opts.rounds):
-        for kind in KINDS:
-            log(f"memory: round {rnd + 1}/{opts.rounds} {LABEL[kind]} loading {opts.znodes} znodes of "
-                f"{opts.znode_size} bytes")
-            rec: dict = {}
-            out["runs"][kind].append(rec)
-            memory_run(opts, kind, rec)
+    alternate_rounds(opts, out["runs"], f"memory: loading {opts.znodes} znodes of {opts.znode_size} bytes",
+                     memory_run)
 
 
 def memory_run(opts, kind: str, rec: dict) -> None:
