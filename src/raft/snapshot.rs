@@ -1,14 +1,16 @@
 //! Snapshots: their files, receiving one from the leader, and when to take one.
 //!
 //! # Files (`<dataDir>/version-2/snapshot-<term>-<index>.bin`, see [`super::layout`])
-//! postcard encoding of [`SnapshotFile`]: the last applied log id, the membership and the whole
-//! tree; zstd-compressed behind a 16-byte header (see [`encode_snapshot`]) unless
-//! `snapshot.compression.method` turns compression off, and read in either form. Built from an
-//! O(1) clone of the persistent tree, so apply never waits for a snapshot to be written. The newest file is loaded at start; older ones are removed after a new one
-//! is durable (fsynced and renamed into place). Files are decoded streamed, never read whole
-//! into memory; openraft's snapshot data is the open file itself (sent to followers from it,
-//! received from a leader into `receiving-*.tmp` by [`Receiving`]), and its meta comes from
-//! the file's header.
+//! A [`SnapshotFile`]: the last applied log id, the membership and the whole tree. Written
+//! parted (see [`PARTED_MAGIC`]): the head, then the nodes in batches of a few MB, each its own
+//! zstd frame, so a restart decodes them on every core; or, when `snapshot.compression.method`
+//! turns compression off, as one postcard encoding. Files of the earlier compressed form (one
+//! zstd frame of one encoding, see [`COMPRESSED_MAGIC`]) still load. Built from an O(1) clone
+//! of the persistent tree, so apply never waits for a snapshot to be written. The newest file
+//! is loaded at start; older ones are removed after a new one is durable (fsynced and renamed
+//! into place). Files are decoded streamed or a part at a time, never read whole into memory;
+//! openraft's snapshot data is the open file itself (sent to followers from it, received from
+//! a leader into `receiving-*.tmp` by [`Receiving`]), and its meta comes from the file's head.
 //!
 //! # When
 //! [`by_txns`] asks for a snapshot once `snapCount` txns were applied since the last one, as
@@ -35,7 +37,11 @@ use super::SnapshotMeta;
 use super::StoredMembership;
 use super::TypeConfig;
 use super::Vote;
+use crate::tree::nodes::MapBuilder;
+use crate::tree::nodes::NodeMap;
 use crate::tree::DataTree;
+use crate::tree::TreeHead;
+use crate::tree::TreeHeadOut;
 
 /// openraft 0.10's storage traits speak `std::io::Error`.
 type StorageError = std::io::Error;
@@ -65,11 +71,13 @@ const COMPRESSED_MAGIC: &[u8; 8] = b"WRDNSNZ1";
 const ZSTD_LEVEL: i32 = 1;
 
 /// Counts the bytes written through it.
+#[cfg(test)]
 struct Counting<W> {
     inner: W,
     written: u64,
 }
 
+#[cfg(test)]
 impl<W: std::io::Write> std::io::Write for Counting<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
@@ -81,17 +89,210 @@ impl<W: std::io::Write> std::io::Write for Counting<W> {
     }
 }
 
-/// Writes `file` into `w` (at its start), compressed or not.
+/// The first bytes of a parted snapshot file, the form written when compression is on. Then
+/// parts, each a 16-byte header (the part's compressed and decoded lengths, little-endian
+/// u64s) and one zstd frame with a content checksum; two zero lengths end the file. The
+/// first part is the head ([`PartedHeadOut`]), each other a batch of nodes in key order
+/// (`NodeMap::encode_batches`), so the parts decode on several threads at once.
+const PARTED_MAGIC: &[u8; 8] = b"WRDNSNP1";
+
+/// Nodes a part holds at most, and the paths and data after which it is cut earlier: a few
+/// MB decoded, hundreds of parts for millions of znodes, so every decoding thread stays busy
+/// and a part's buffers stay small.
+const PART_NODES: usize = 16_384;
+const PART_BYTES: usize = 4 << 20;
+
+/// The largest decoded part a file may claim (a single znode's data can make one large): a
+/// corrupt length cannot ask for more.
+const MAX_PART: u64 = 4 << 30;
+
+/// A parted snapshot's first part: the log id and membership (the same leading fields as
+/// [`SnapshotHeader`]), then the tree without its nodes.
+#[derive(Serialize)]
+struct PartedHeadOut<'a> {
+    last_applied: &'a Option<LogId>,
+    membership: &'a StoredMembership,
+    tree: TreeHeadOut<'a>,
+}
+
+#[derive(Deserialize)]
+struct PartedHead {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    tree: TreeHead,
+}
+
+fn invalid(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// Writes `file` into `w` (at its start): parted and compressed, or uncompressed in the
+/// original single-encoding form.
 pub(super) fn encode_snapshot(
     file: &SnapshotFile,
     w: &mut std::io::BufWriter<std::fs::File>,
     compress: bool,
 ) -> std::io::Result<()> {
-    use std::io::Seek;
-    use std::io::Write;
     if !compress {
         return postcard::to_io(file, w).map(|_| ()).map_err(std::io::Error::other);
     }
+    encode_parted(file, w, PART_NODES, PART_BYTES)
+}
+
+pub(super) fn encode_parted(
+    file: &SnapshotFile,
+    w: &mut std::io::BufWriter<std::fs::File>,
+    part_nodes: usize,
+    part_bytes: usize,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    w.write_all(PARTED_MAGIC)?;
+    let mut zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+    // A checksum over each part: a flipped bit is refused at load, not decoded into a tree.
+    zstd.include_checksum(true)?;
+    let mut write_part = |raw: &[u8]| -> std::io::Result<()> {
+        let frame = zstd.compress(raw)?;
+        w.write_all(&(frame.len() as u64).to_le_bytes())?;
+        w.write_all(&(raw.len() as u64).to_le_bytes())?;
+        w.write_all(&frame)
+    };
+    let head = PartedHeadOut { last_applied: &file.last_applied, membership: &file.membership, tree: file.tree.head() };
+    write_part(&postcard::to_stdvec(&head).map_err(std::io::Error::other)?)?;
+    file.tree.nodes_for_snapshot().encode_batches(part_nodes, part_bytes, &mut write_part)?;
+    w.write_all(&[0; 16])
+}
+
+/// Where a part of a parted snapshot is: its frame's offset and length, and its decoded length.
+struct Part {
+    at: u64,
+    compressed: u64,
+    decoded: u64,
+}
+
+/// The header of the part at `at`, or `None` at the end mark.
+fn part_at(file: &std::fs::File, at: u64, file_len: u64) -> std::io::Result<Option<Part>> {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 16];
+    file.read_exact_at(&mut head, at).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => invalid("the snapshot is cut short"),
+        _ => e,
+    })?;
+    let [compressed, decoded] = [&head[..8], &head[8..]].map(|b| {
+        let mut n = [0u8; 8];
+        n.copy_from_slice(b);
+        u64::from_le_bytes(n)
+    });
+    if compressed == 0 && decoded == 0 {
+        return Ok(None);
+    }
+    let at = at + 16;
+    if compressed > file_len.saturating_sub(at) || decoded > MAX_PART {
+        return Err(invalid(format!("a part at byte {at} claims {compressed} bytes ({decoded} decoded)")));
+    }
+    Ok(Some(Part { at, compressed, decoded }))
+}
+
+/// Every part of a parted snapshot, checking that the end mark ends the file.
+fn parts_of(file: &std::fs::File) -> std::io::Result<Vec<Part>> {
+    let len = file.metadata()?.len();
+    let mut at = PARTED_MAGIC.len() as u64;
+    let mut parts = Vec::new();
+    while let Some(part) = part_at(file, at, len)? {
+        at = part.at + part.compressed;
+        parts.push(part);
+    }
+    if at + 16 != len {
+        return Err(invalid("bytes after the snapshot's end"));
+    }
+    Ok(parts)
+}
+
+/// A part read and decompressed (its checksum checked).
+fn read_part(file: &std::fs::File, part: &Part) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut frame = vec![0u8; usize::try_from(part.compressed).map_err(invalid)?];
+    file.read_exact_at(&mut frame, part.at)?;
+    let raw = zstd::bulk::decompress(&frame, usize::try_from(part.decoded).map_err(invalid)?)?;
+    if raw.len() as u64 != part.decoded {
+        return Err(invalid(format!(
+            "a part at byte {} decoded to {} bytes, not {}",
+            part.at,
+            raw.len(),
+            part.decoded
+        )));
+    }
+    Ok(raw)
+}
+
+/// A parted snapshot's head.
+fn parted_head<T: serde::de::DeserializeOwned>(file: &std::fs::File) -> std::io::Result<T> {
+    let len = file.metadata()?.len();
+    let first = part_at(file, PARTED_MAGIC.len() as u64, len)?.ok_or_else(|| invalid("a snapshot without a head"))?;
+    let (head, _) = postcard::take_from_bytes(&read_part(file, &first)?).map_err(invalid)?;
+    Ok(head)
+}
+
+/// Decodes a whole parted snapshot: the node batches on up to four threads (each part is
+/// decompressed and decoded where it is read), joined into the map in file order here.
+fn decode_parted(file: &std::fs::File) -> std::io::Result<SnapshotFile> {
+    let parts = parts_of(file)?;
+    let (first, batches) = parts.split_first().ok_or_else(|| invalid("a snapshot without a head"))?;
+    let head_bytes = read_part(file, first)?;
+    let (head, rest): (PartedHead, _) = postcard::take_from_bytes(&head_bytes).map_err(invalid)?;
+    if !rest.is_empty() {
+        return Err(invalid("bytes after the snapshot's head"));
+    }
+    let threads = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, 4).min(batches.len().max(1));
+    let mut builder = MapBuilder::default();
+    let mut digest = 0;
+    std::thread::scope(|scope| -> std::io::Result<()> {
+        let mut results = Vec::with_capacity(threads);
+        for first in 0..threads {
+            let (tx, rx) = std::sync::mpsc::sync_channel(2);
+            results.push(rx);
+            std::thread::Builder::new().name("snapshot-read".into()).spawn_scoped(scope, move || {
+                for part in batches.iter().skip(first).step_by(threads) {
+                    let batch = read_part(file, part).and_then(|raw| NodeMap::decode_batch(&raw).map_err(invalid));
+                    let failed = batch.is_err();
+                    // A send fails once the joining side gave up (an error elsewhere).
+                    if tx.send(batch).is_err() || failed {
+                        return;
+                    }
+                }
+            })?;
+        }
+        for i in 0..batches.len() {
+            let batch = results[i % threads].recv().map_err(|_| invalid("a snapshot-read thread stopped"))??;
+            digest = crate::tree::digest::add(digest, batch.digest());
+            builder.push(batch).map_err(invalid)?;
+        }
+        Ok(())
+    })?;
+    let tree = DataTree::from_parts(head.tree, builder.finish(), digest).map_err(invalid)?;
+    Ok(SnapshotFile { last_applied: head.last_applied, membership: head.membership, tree })
+}
+
+/// Whether a snapshot file is parted (else it is one postcard encoding, zstd-compressed or
+/// not).
+fn is_parted(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let mut magic = [0u8; 8];
+    match file.read_exact_at(&mut magic, 0) {
+        Ok(()) => Ok(&magic == PARTED_MAGIC),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `file` as one zstd-compressed postcard encoding, the compressed form before parted
+/// snapshots (kept to test that such files still load).
+#[cfg(test)]
+pub(super) fn encode_single_compressed(
+    file: &SnapshotFile,
+    w: &mut std::io::BufWriter<std::fs::File>,
+) -> std::io::Result<()> {
+    use std::io::Seek;
+    use std::io::Write;
     w.write_all(COMPRESSED_MAGIC)?;
     w.write_all(&[0; 8])?;
     let mut encoder = zstd::stream::write::Encoder::new(&mut *w, ZSTD_LEVEL)?;
@@ -159,7 +360,7 @@ fn decode_from<T: serde::de::DeserializeOwned>(file: &mut std::fs::File, whole: 
 
 /// Decodes a whole snapshot file.
 pub(super) fn decode_snapshot(file: &mut std::fs::File) -> std::io::Result<SnapshotFile> {
-    let decoded = decode_from(file, true);
+    let decoded = if is_parted(file)? { decode_parted(file) } else { decode_from(file, true) };
     crate::tree::acl::forget_decoded();
     decoded
 }
@@ -169,7 +370,7 @@ pub(super) fn decode_snapshot(file: &mut std::fs::File) -> std::io::Result<Snaps
 pub(super) fn open_snapshot(path: &Path) -> std::io::Result<(SnapshotMeta, std::fs::File)> {
     use std::io::Seek;
     let mut file = std::fs::File::open(path)?;
-    let header: SnapshotHeader = decode_from(&mut file, false)?;
+    let header: SnapshotHeader = if is_parted(&file)? { parted_head(&file)? } else { decode_from(&mut file, false)? };
     file.seek(std::io::SeekFrom::Start(0))?;
     Ok((meta_of(header.last_applied, header.membership), file))
 }

@@ -542,6 +542,47 @@ mod tests {
         }
     }
 
+    /// A tree of many small parts (so several threads decode them) reads back node for node,
+    /// with its sessions, digest and shared ACLs; so does the compressed form written before
+    /// parted snapshots.
+    #[test]
+    fn parted_snapshot_round_trip() {
+        use crate::raft::snapshot::encode_parted;
+        use crate::raft::snapshot::encode_single_compressed;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut tree = DataTree::new();
+        for i in 0..60 {
+            create(&mut tree, &format!("/p{i:02}"), format!("parent {i}").into_bytes());
+            for j in 0..(i % 7) {
+                let data = if j == 3 { vec![b'x'; 5000] } else { format!("{i}/{j}").into_bytes() };
+                create(&mut tree, &format!("/p{i:02}/c{j}"), data);
+            }
+        }
+        let last = Some(LogId::new(crate::raft::LeaderId { term: 2, node_id: 1 }, 99));
+        let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
+        type Writer<'a> = Box<dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()> + 'a>;
+        let writers: [(&str, Writer<'_>); 3] = [
+            ("parted", Box::new(|w| encode_parted(&file, w, 7, 1 << 20))),
+            ("parted by bytes", Box::new(|w| encode_parted(&file, w, 1000, 4096))),
+            ("single compressed", Box::new(|w| encode_single_compressed(&file, w))),
+        ];
+        for (name, write) in writers {
+            let (_, _) = write_snapshot_with(dir.path(), &last, write).expect("write");
+            let path = snapshot_path(dir.path(), &last);
+            let (meta, _) = open_snapshot(&path).expect("header");
+            assert_eq!(meta.last_log_id, last, "{name}");
+            let back = decode_snapshot(&mut std::fs::File::open(&path).expect("open")).expect("decode");
+            assert_eq!(back.last_applied, last, "{name}");
+            assert_eq!(back.tree.node_count(), tree.node_count(), "{name}");
+            assert_eq!(back.tree.digest(), tree.digest(), "{name}");
+            assert_eq!(back.tree.last_zxid(), tree.last_zxid(), "{name}");
+            assert!(back.tree.iter_nodes().eq(tree.iter_nodes()), "{name}: the nodes differ");
+            let (a, b) = (back.tree.node("/p01").expect("/p01"), back.tree.node("/p55/c5").expect("/p55/c5"));
+            assert!(Arc::ptr_eq(a.acl, b.acl) || name.starts_with("parted"), "{name}: equal ACLs are shared");
+            assert_eq!(back.tree.get_children("/p13", &[]).expect("/p13").0.len(), 6, "{name}");
+        }
+    }
+
     /// A compressed snapshot cut short, or with a byte of its zstd frame changed, is refused:
     /// an error, never a partial or different tree.
     #[test]
@@ -552,21 +593,31 @@ mod tests {
             create(&mut tree, &format!("/n{i}"), format!("value {i}").into_bytes());
         }
         let file = SnapshotFile { last_applied: None, membership: StoredMembership::default(), tree };
-        write_snapshot_with(dir.path(), &None, |w| encode_snapshot(&file, w, true)).expect("write");
-        let path = newest_snapshot(dir.path()).expect("list").expect("a snapshot");
-        let good = std::fs::read(&path).expect("read");
-        let damaged = dir.path().join("damaged.bin");
-        let mut cases = vec![good[..good.len() / 2].to_vec(), good[..good.len() - 1].to_vec()];
-        // zstd's frame magic, a compressed block, the content checksum.
-        for at in [17, good.len() / 2, good.len() - 2] {
-            let mut flipped = good.clone();
-            flipped[at] ^= 0x10;
-            cases.push(flipped);
-        }
-        for (i, bytes) in cases.iter().enumerate() {
-            std::fs::write(&damaged, bytes).expect("write");
-            let decoded = decode_snapshot(&mut std::fs::File::open(&damaged).expect("open"));
-            assert!(decoded.is_err(), "case {i} decoded");
+        // One part of nodes, and a part for every 16 (decoded on several threads).
+        for part_nodes in [100_000, 16] {
+            write_snapshot_with(dir.path(), &None, |w| {
+                crate::raft::snapshot::encode_parted(&file, w, part_nodes, 1 << 20)
+            })
+            .expect("write");
+            let path = newest_snapshot(dir.path()).expect("list").expect("a snapshot");
+            let good = std::fs::read(&path).expect("read");
+            assert!(decode_snapshot(&mut std::fs::File::open(&path).expect("open")).is_ok());
+            let damaged = dir.path().join("damaged.bin");
+            let mut cases = vec![good[..good.len() / 2].to_vec(), good[..good.len() - 1].to_vec()];
+            let mut longer = good.clone();
+            longer.push(0);
+            cases.push(longer);
+            // zstd's frame magic, a compressed block, the end mark.
+            for at in [17, good.len() / 2, good.len() - 2] {
+                let mut flipped = good.clone();
+                flipped[at] ^= 0x10;
+                cases.push(flipped);
+            }
+            for (i, bytes) in cases.iter().enumerate() {
+                std::fs::write(&damaged, bytes).expect("write");
+                let decoded = decode_snapshot(&mut std::fs::File::open(&damaged).expect("open"));
+                assert!(decoded.is_err(), "{part_nodes} nodes a part: case {i} decoded");
+            }
         }
     }
 

@@ -70,8 +70,12 @@ pub fn deserialize_shared<'de, D>(d: D) -> Result<std::sync::Arc<Vec<AclEntry>>,
 where
     D: serde::Deserializer<'de>,
 {
-    let acl = Vec::<AclEntry>::deserialize(d)?;
-    Ok(DECODED.with(|decoded| {
+    Ok(share(Vec::<AclEntry>::deserialize(d)?))
+}
+
+/// One allocation for every equal ACL decoded on this thread (see [`deserialize_shared`]).
+pub fn share(acl: Vec<AclEntry>) -> std::sync::Arc<Vec<AclEntry>> {
+    DECODED.with(|decoded| {
         let mut decoded = decoded.borrow_mut();
         if let Some(shared) = decoded.get(&acl) {
             return shared.clone();
@@ -82,7 +86,7 @@ where
         let shared = std::sync::Arc::new(acl.clone());
         decoded.insert(acl, shared.clone());
         shared
-    }))
+    })
 }
 
 /// Forgets the ACLs [`deserialize_shared`] remembered on this thread (after a snapshot is

@@ -350,6 +350,29 @@ pub struct DataTree {
     quotas: Option<OrdSet<String>>,
 }
 
+/// A tree without its nodes, as a parted snapshot stores it ahead of them (see
+/// [`DataTree::head`]): with the node count and the digest the nodes must add up to.
+#[derive(Serialize)]
+pub struct TreeHeadOut<'a> {
+    sessions: &'a HashMap<i64, SessionEntry>,
+    reapable: &'a OrdSet<String>,
+    last_zxid: i64,
+    data_size: i64,
+    nodes: u64,
+    digest: Option<u64>,
+}
+
+/// What [`TreeHeadOut`] wrote.
+#[derive(Deserialize)]
+pub struct TreeHead {
+    sessions: HashMap<i64, SessionEntry>,
+    reapable: OrdSet<String>,
+    last_zxid: i64,
+    data_size: i64,
+    nodes: u64,
+    digest: Option<u64>,
+}
+
 impl Default for DataTree {
     fn default() -> Self {
         DataTree::new()
@@ -483,6 +506,52 @@ impl DataTree {
             self.digest = Some(self.full_digest());
         }
         self.index_quotas();
+    }
+
+    /// Everything but the nodes, for a parted snapshot; the nodes follow from
+    /// [`NodeMap::encode_batches`] on [`DataTree::nodes_for_snapshot`].
+    pub fn head(&self) -> TreeHeadOut<'_> {
+        TreeHeadOut {
+            sessions: &self.sessions,
+            reapable: &self.reapable,
+            last_zxid: self.last_zxid,
+            data_size: self.data_size,
+            nodes: self.nodes.len() as u64,
+            digest: self.digest,
+        }
+    }
+
+    /// The nodes, for a parted snapshot.
+    pub fn nodes_for_snapshot(&self) -> &NodeMap {
+        &self.nodes
+    }
+
+    /// A tree from a parted snapshot's head and its nodes, whose digests summed to `digest`.
+    /// Refused if the nodes are not as many as the head counted. A digest other than the
+    /// head's is logged, as ZooKeeper logs one that differs from its snapshot's, and the tree
+    /// keeps the one its nodes add up to.
+    pub fn from_parts(head: TreeHead, nodes: NodeMap, digest: u64) -> Result<DataTree, String> {
+        if nodes.len() as u64 != head.nodes {
+            return Err(format!("{} znodes where the snapshot counts {}", nodes.len(), head.nodes));
+        }
+        if head.digest.is_some_and(|d| d != digest) {
+            tracing::error!(
+                stored = head.digest.unwrap_or_default(),
+                computed = digest,
+                zxid = head.last_zxid,
+                "the snapshot's tree digest differs from its nodes'"
+            );
+        }
+        Ok(DataTree {
+            nodes,
+            sessions: head.sessions,
+            reapable: head.reapable,
+            last_zxid: head.last_zxid,
+            data_size: head.data_size,
+            digest: Some(digest),
+            digest_log: imbl::Vector::new(),
+            quotas: None,
+        })
     }
 
     /// The digest computed from scratch, O(n).

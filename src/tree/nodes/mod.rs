@@ -38,6 +38,8 @@ mod tests;
 use self::entry::Entry;
 pub use self::entry::NodeRef;
 use self::keys::*;
+pub use self::serde::DecodedBatch;
+pub use self::serde::MapBuilder;
 
 /// Entries a chunk holds at most.
 const CHUNK: usize = 64;

@@ -1,7 +1,8 @@
-//! The serialized form of the node map (snapshots, and snapshots sent to followers): a map
-//! from path to node, each node with its children's names, as the tree had with child-name
-//! sets. So snapshots written before the current layout load, and servers of both layouts
-//! exchange them.
+//! The serialized forms of the node map. The map form, in snapshots written before parted
+//! snapshots and in uncompressed ones: a map from path to node, each node with its children's
+//! names, as the tree had with child-name sets. The batch form, in parted snapshots: nodes in
+//! key order cut into batches that decode independently (on as many threads as there are
+//! cores) and join the map without a search per node.
 
 use serde::de::MapAccess;
 use serde::de::SeqAccess;
@@ -13,13 +14,26 @@ use serde::Deserializer;
 use serde::Serialize;
 use serde::Serializer;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use compact_str::CompactString;
 use jute::StatPersisted;
 
+use super::super::acl;
+use super::super::acl::AclEntry;
+use super::super::digest;
 use super::super::Node;
 use super::super::NodeStat;
 use super::super::SharedAcl;
+use super::entry::Encoded;
+use super::entry::Entry;
+use super::keys::depth;
+use super::keys::depth_char;
+use super::keys::path_of;
+use super::Chunk;
 use super::NodeMap;
+use super::CHUNK;
 
 /// A node as serialized: the fields of [`Node`] with its children's names in place of the
 /// count (`None` for a leaf), as the tree stored them before this layout.
@@ -132,5 +146,184 @@ impl<'de> Deserialize<'de> for NodeMap {
             }
         }
         d.deserialize_map(Nodes)
+    }
+}
+
+// Parted snapshots: the map as batches of nodes in key order, each decodable on its own (so
+// a restart decodes them on every core), with each distinct ACL written once per batch.
+
+/// A node as a batch stores it: its path, data, the index of its ACL in the batch's table, its
+/// persisted Stat and its child count.
+#[derive(Serialize)]
+struct BatchNodeOut<'a> {
+    path: &'a str,
+    #[serde(with = "serde_bytes")]
+    data: Option<&'a [u8]>,
+    acl: u32,
+    stat: StatPersisted,
+    children: u32,
+}
+
+#[derive(Deserialize)]
+struct BatchNodeIn<'a> {
+    #[serde(borrow)]
+    path: &'a str,
+    #[serde(borrow, with = "serde_bytes")]
+    data: Option<&'a [u8]>,
+    acl: u32,
+    stat: StatPersisted,
+    children: u32,
+}
+
+#[derive(Serialize)]
+struct BatchOut<'a> {
+    acls: Vec<&'a [AclEntry]>,
+    nodes: Vec<BatchNodeOut<'a>>,
+}
+
+#[derive(Deserialize)]
+struct BatchIn<'a> {
+    acls: Vec<Vec<AclEntry>>,
+    #[serde(borrow)]
+    nodes: Vec<BatchNodeIn<'a>>,
+}
+
+impl NodeMap {
+    /// Encodes the map as batches in key order, each of `per_batch` nodes or cut earlier once
+    /// its paths and data reach `max_bytes` (the last may hold fewer), and hands each batch's
+    /// bytes to `emit`.
+    pub fn encode_batches(
+        &self,
+        per_batch: usize,
+        max_bytes: usize,
+        mut emit: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        let mut acls: Vec<&[AclEntry]> = Vec::new();
+        let mut index: HashMap<*const Vec<AclEntry>, u32> = HashMap::new();
+        let mut nodes = Vec::with_capacity(per_batch.min(1 << 16));
+        let mut bytes = 0;
+        let mut flush = |acls: &mut Vec<&[AclEntry]>, nodes: &mut Vec<BatchNodeOut<'_>>| {
+            let batch = BatchOut { acls: std::mem::take(acls), nodes: std::mem::take(nodes) };
+            buf.clear();
+            buf = postcard::to_extend(&batch, std::mem::take(&mut buf)).map_err(std::io::Error::other)?;
+            emit(&buf)
+        };
+        for chunk in self.chunks.values() {
+            for e in &chunk.0 {
+                let l = e.layout();
+                let acl = e.acl();
+                let i = match index.get(&Arc::as_ptr(acl)) {
+                    Some(&i) => i,
+                    None => {
+                        let i = u32::try_from(acls.len()).map_err(std::io::Error::other)?;
+                        acls.push(acl.as_slice());
+                        index.insert(Arc::as_ptr(acl), i);
+                        i
+                    }
+                };
+                let stat = e.stat_at(&l);
+                let (path, data) = (path_of(e.key()), e.data_at(&l));
+                bytes += path.len() + data.map_or(0, <[u8]>::len);
+                nodes.push(BatchNodeOut { path, data, acl: i, stat: stat.persisted(), children: stat.num_children });
+                if nodes.len() >= per_batch || bytes >= max_bytes {
+                    flush(&mut acls, &mut nodes)?;
+                    index.clear();
+                    bytes = 0;
+                }
+            }
+        }
+        if !nodes.is_empty() {
+            flush(&mut acls, &mut nodes)?;
+        }
+        Ok(())
+    }
+
+    /// Decodes one batch [`NodeMap::encode_batches`] wrote. Its nodes must come in key order.
+    pub fn decode_batch(bytes: &[u8]) -> Result<DecodedBatch, String> {
+        let (batch, rest): (BatchIn<'_>, _) = postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
+        if !rest.is_empty() {
+            return Err(format!("{} bytes after a batch of nodes", rest.len()));
+        }
+        let acls: Vec<SharedAcl> = batch.acls.into_iter().map(acl::share).collect();
+        let mut entries: Vec<Entry> = Vec::with_capacity(batch.nodes.len());
+        let mut digest = 0;
+        let mut key = String::new();
+        for n in batch.nodes {
+            let acl = acls.get(n.acl as usize).ok_or_else(|| format!("{}: no ACL {} in its batch", n.path, n.acl))?;
+            if !n.path.starts_with('/') {
+                return Err(format!("{:?} is not a path", n.path));
+            }
+            key.clear();
+            key.push(depth_char(depth(n.path)));
+            key.push_str(n.path);
+            if entries.last().is_some_and(|prev| prev.key_bytes() >= key.as_bytes()) {
+                return Err(format!("{} is out of order", n.path));
+            }
+            let stat = NodeStat::from_persisted(&n.stat, n.children);
+            digest = digest::add(digest, digest::node(n.path, acl, &stat, n.data));
+            entries.push(Entry::build(&key, acl.clone(), &Encoded::new(&stat), n.data));
+        }
+        Ok(DecodedBatch { entries, digest })
+    }
+}
+
+/// A batch of nodes decoded (see [`NodeMap::decode_batch`]), ready to join a [`MapBuilder`].
+pub struct DecodedBatch {
+    entries: Vec<Entry>,
+    digest: u64,
+}
+
+impl DecodedBatch {
+    /// The sum of its nodes' digests (see [`digest::node`]).
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+}
+
+/// Builds a map from batches given in key order: full chunks one after another, with no
+/// search or copy per node.
+#[derive(Default)]
+pub struct MapBuilder {
+    map: NodeMap,
+    chunk: Vec<Entry>,
+    last: Option<Entry>,
+}
+
+impl MapBuilder {
+    pub fn push(&mut self, batch: DecodedBatch) -> Result<(), String> {
+        if let (Some(last), Some(first)) = (&self.last, batch.entries.first()) {
+            if last.key_bytes() >= first.key_bytes() {
+                return Err(format!("{} is out of order", path_of(first.key())));
+            }
+        }
+        if let Some(last) = batch.entries.last() {
+            self.last = Some(last.clone());
+        }
+        for e in batch.entries {
+            if self.chunk.len() == CHUNK {
+                self.close_chunk();
+            }
+            if self.chunk.capacity() == 0 {
+                self.chunk.reserve_exact(CHUNK);
+            }
+            self.chunk.push(e);
+        }
+        Ok(())
+    }
+
+    /// Puts the chunk being filled into the map: the first under the empty key, as
+    /// [`NodeMap`] keys its first chunk, each other under its first key.
+    fn close_chunk(&mut self) {
+        let entries = std::mem::take(&mut self.chunk);
+        let Some(first) = entries.first() else { return };
+        let key = if self.map.chunks.is_empty() { CompactString::default() } else { first.key().into() };
+        self.map.len += entries.len();
+        self.map.chunks.insert(key, Arc::new(Chunk(entries)));
+    }
+
+    pub fn finish(mut self) -> NodeMap {
+        self.close_chunk();
+        self.map
     }
 }

@@ -316,3 +316,80 @@ fn depth_chars_keep_their_order_past_the_surrogates() {
         assert!(depth_char(w[0]) < depth_char(w[1]), "{} vs {}", w[0], w[1]);
     }
 }
+
+/// Encodes `map` in batches of `per_batch` nodes and builds a map from them again.
+fn rebuilt(map: &NodeMap, per_batch: usize, max_bytes: usize) -> (NodeMap, usize) {
+    let mut batches = Vec::new();
+    map.encode_batches(per_batch, max_bytes, |b| {
+        batches.push(b.to_vec());
+        Ok(())
+    })
+    .expect("encode");
+    let mut builder = MapBuilder::default();
+    for b in &batches {
+        builder.push(NodeMap::decode_batch(b).expect("decode")).expect("in order");
+    }
+    (builder.finish(), batches.len())
+}
+
+proptest::proptest! {
+    /// A map built from its batches (as a parted snapshot is read) equals the map, follows
+    /// the chunk layout, and keeps both through later changes.
+    #[test]
+    fn batches_rebuild_the_map(
+        ops in proptest::collection::vec(op(), 1..800),
+        per_batch in 1usize..200,
+        later in proptest::collection::vec(op(), 0..300),
+    ) {
+        let mut map = NodeMap::default();
+        let apply = |map: &mut NodeMap, op: &Op, zxid: i64| match op {
+            Op::Insert(n) => insert(map, &path(*n), zxid),
+            Op::Remove(n) => {
+                map.remove(&path(*n));
+            }
+            Op::Update(n) => {
+                map.update(&path(*n), |node| node.stat.version += 1);
+            }
+            Op::Snapshot => {}
+        };
+        for (zxid, op) in ops.iter().enumerate() {
+            apply(&mut map, op, zxid as i64 + 1);
+        }
+        let (mut back, batches) = rebuilt(&map, per_batch, 1 << 20);
+        back.check_layout();
+        proptest::prop_assert_eq!(batches, map.len().div_ceil(per_batch));
+        proptest::prop_assert!(back == map);
+        for (zxid, op) in later.iter().enumerate() {
+            apply(&mut map, op, 10_000 + zxid as i64);
+            apply(&mut back, op, 10_000 + zxid as i64);
+            back.check_layout();
+        }
+        proptest::prop_assert!(back == map);
+    }
+}
+
+/// Batches cut by bytes, and nodes or batches out of key order refused.
+#[test]
+fn batches_by_bytes_and_out_of_order() {
+    let mut map = NodeMap::default();
+    for i in 0..100 {
+        map.insert(&format!("/n{i:03}"), node(i), Some(&[b'x'; 100]));
+    }
+    let (back, batches) = rebuilt(&map, 1000, 1000);
+    assert!(back == map);
+    // Paths and data of 105 bytes a node: a batch is cut at the tenth, past 1,000 bytes.
+    assert_eq!(batches, 10);
+    let mut parts = Vec::new();
+    map.encode_batches(50, 1 << 20, |b| {
+        parts.push(b.to_vec());
+        Ok(())
+    })
+    .expect("encode");
+    let mut builder = MapBuilder::default();
+    builder.push(NodeMap::decode_batch(&parts[1]).expect("decode")).expect("first");
+    assert!(builder.push(NodeMap::decode_batch(&parts[0]).expect("decode")).is_err());
+    assert!(NodeMap::decode_batch(&parts[0][..parts[0].len() - 1]).is_err());
+    let mut longer = parts[0].clone();
+    longer.push(0);
+    assert!(NodeMap::decode_batch(&longer).is_err());
+}
