@@ -105,3 +105,37 @@ async fn a_session_and_its_writes_survive_a_kill_9() {
     let eph = client.check_stat("/durable/eph").await.expect("exists").expect("the ephemeral survived");
     assert_eq!(eph.ephemeral_owner, id.0);
 }
+
+/// A connection that has only pinged a while (its buffers freed once each ping is answered)
+/// serves what comes next as before: a 300 KiB value written and read back, and many small
+/// requests in flight at once, answered in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_serves_large_and_pipelined_requests_after_pings() {
+    let server = common::Standalone::start("idle-buffers");
+    // A 1.2 s timeout: the client pings about every 400 ms.
+    let client = zk::Client::connector()
+        .with_session_timeout(Duration::from_millis(1200))
+        .connect(&server.hostport())
+        .await
+        .expect("connect");
+    for round in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let big: Vec<u8> = (0..300 << 10).map(|i: u32| (i * 7 + round) as u8).collect();
+        let path = format!("/big{round}");
+        client.create(&path, &big, &common::persistent()).await.expect("create a large node");
+        let (data, _) = client.get_data(&path).await.expect("get");
+        assert!(data == big, "round {round}: the large value came back changed");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let sets: Vec<_> = (0..64)
+            .map(|i| {
+                let client = client.clone();
+                let path = path.clone();
+                async move { client.set_data(&path, format!("{i}").as_bytes(), None).await }
+            })
+            .collect();
+        let stats = futures::future::join_all(sets).await;
+        let mut versions: Vec<i32> = stats.into_iter().map(|r| r.expect("set").version).collect();
+        versions.sort_unstable();
+        assert_eq!(versions, (1..=64).collect::<Vec<_>>(), "round {round}");
+    }
+}

@@ -47,6 +47,17 @@ fn notification(e: Event) -> ServerMessage {
 const READ_BUFFER: usize = 2048;
 /// A connection's first write buffer (see [`READ_BUFFER`]).
 const WRITE_BUFFER: usize = 512;
+
+/// Frees a connection's empty buffer. An idle client only pings, so once a ping is answered
+/// and nothing else is pending both buffers go (2.5 KiB of an idle session's ~8): the next
+/// frame is read into a buffer that starts at a few bytes and grows to the frame's length
+/// (one or two more reads for the ping after), and a request other than a ping gets
+/// [`READ_BUFFER`] back at once, so a busy connection keeps its buffers.
+fn release(buf: &mut bytes::BytesMut) {
+    if buf.is_empty() && buf.capacity() > 0 {
+        *buf = bytes::BytesMut::new();
+    }
+}
 /// Most queued watch events written out with one flush.
 const EVENTS_PER_WRITE: usize = 1024;
 
@@ -213,6 +224,8 @@ async fn serve_halves<R, W>(
     // Replies fed to the writer and not flushed yet: they go out in one write once no
     // request already read is left to answer.
     let mut unflushed = false;
+    // The last request read was a ping: once it is answered, the buffers go (see `release`).
+    let mut pinged = false;
 
     loop {
         if unflushed && !(reading && jute::codec::holds_frame(reader.read_buffer())) {
@@ -220,6 +233,11 @@ async fn serve_halves<R, W>(
                 break;
             }
             unflushed = false;
+        }
+        if pinged && !unflushed && jobs.is_empty() && events.is_empty() {
+            release(reader.read_buffer_mut());
+            release(writer.write_buffer_mut());
+            pinged = false;
         }
         let throttled = admission.should_throttle(mine);
         if throttled && reading && held.is_none() {
@@ -364,6 +382,10 @@ async fn serve_halves<R, W>(
                 };
                 d.touch(session_id);
                 port.stats.packet_received(cs);
+                pinged = matches!(request, jute::Request::Ping);
+                if !pinged && reader.read_buffer().capacity() < READ_BUFFER {
+                    reader.read_buffer_mut().reserve(READ_BUFFER);
+                }
                 let Ok(size) = admission.large(reader.decoder().last_frame_len()) else {
                     tracing::warn!(%peer, bytes = reader.decoder().last_frame_len(), "rejecting a large request: the large-request budget is spent; closing");
                     break;
