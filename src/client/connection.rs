@@ -48,11 +48,12 @@ const READ_BUFFER: usize = 2048;
 /// A connection's first write buffer (see [`READ_BUFFER`]).
 const WRITE_BUFFER: usize = 512;
 
-/// Frees a connection's empty buffer. An idle client only pings, so once a ping is answered
-/// and nothing else is pending both buffers go (2.5 KiB of an idle session's ~8): the next
-/// frame is read into a buffer that starts at a few bytes and grows to the frame's length
-/// (one or two more reads for the ping after), and a request other than a ping gets
-/// [`READ_BUFFER`] back at once, so a busy connection keeps its buffers.
+/// Frees a connection's empty buffer. An idle client only pings, so right after the
+/// handshake, and once a ping is answered with nothing else pending, both buffers go (2.5 KiB
+/// of an idle session's ~8): the next frame is read into a buffer that starts at a few bytes
+/// and grows to the frame's length (one or two more reads for the ping after), and a request
+/// other than a ping gets [`READ_BUFFER`] back at once, so a busy connection keeps its
+/// buffers.
 fn release(buf: &mut bytes::BytesMut) {
     if buf.is_empty() && buf.capacity() > 0 {
         *buf = bytes::BytesMut::new();
@@ -224,8 +225,9 @@ async fn serve_halves<R, W>(
     // Replies fed to the writer and not flushed yet: they go out in one write once no
     // request already read is left to answer.
     let mut unflushed = false;
-    // The last request read was a ping: once it is answered, the buffers go (see `release`).
-    let mut pinged = false;
+    // Nothing but pings read since the last buffer release (the handshake counts as one): once
+    // they are answered, the buffers go (see `release`).
+    let mut pinged = true;
 
     loop {
         if unflushed && !(reading && jute::codec::holds_frame(reader.read_buffer())) {
