@@ -176,9 +176,9 @@ struct BatchNodeIn<'a> {
 }
 
 #[derive(Serialize)]
-struct BatchOut<'a> {
-    acls: Vec<&'a [AclEntry]>,
-    nodes: Vec<BatchNodeOut<'a>>,
+struct BatchOut<'s, 'a> {
+    acls: &'s [&'a [AclEntry]],
+    nodes: &'s [BatchNodeOut<'a>],
 }
 
 #[derive(Deserialize)]
@@ -203,10 +203,13 @@ impl NodeMap {
         let mut index: HashMap<*const Vec<AclEntry>, u32> = HashMap::new();
         let mut nodes = Vec::with_capacity(per_batch.min(1 << 16));
         let mut bytes = 0;
+        // Each batch is encoded into the one buffer, and the node and ACL lists keep their room.
         let mut flush = |acls: &mut Vec<&[AclEntry]>, nodes: &mut Vec<BatchNodeOut<'_>>| {
-            let batch = BatchOut { acls: std::mem::take(acls), nodes: std::mem::take(nodes) };
             buf.clear();
-            buf = postcard::to_extend(&batch, std::mem::take(&mut buf)).map_err(std::io::Error::other)?;
+            buf = postcard::to_extend(&BatchOut { acls, nodes }, std::mem::take(&mut buf))
+                .map_err(std::io::Error::other)?;
+            acls.clear();
+            nodes.clear();
             emit(&buf)
         };
         for chunk in self.chunks.values() {
