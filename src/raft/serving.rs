@@ -34,19 +34,26 @@ pub fn may_serve(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
         // removed leader's transfer). A follower keeps serving while its last leader was heard
         // within `limit`, the same bound as below, so its clients are not dropped for the
         // few milliseconds the new leader takes; writes wait for the new leader meanwhile.
+        // So does the candidate itself (the hand-over's target): its state is no older than
+        // a follower's. It used to drop its clients here, and a client that had asked it for
+        // a reconfig removing the old leader lost the answer (seen in CI).
         None => {
-            matches!(status.role, Role::Follower | Role::Learner)
-                && raft.contact.last().is_some_and(|(_, at)| at.elapsed() < limit)
-                && raft.contact.caught_up(status.applied_index)
+            matches!(status.role, Role::Follower | Role::Learner | Role::Candidate)
+                && heard_recently(raft, status, limit)
         }
         // The sole voter of a one-member ensemble (a zoo.cfg with one server.N line) is
         // its own quorum: with no follower to acknowledge it, the last acknowledgement
         // ages while it idles, and its service was suspended two leases after its last
         // write, for good (no client could connect to write again).
+        // A leader elected moments ago has no acknowledgement yet: until its first, it
+        // serves as the follower it just was, on its last leader's contact.
         Some(l) if l == me => {
             status.voters == [me]
                 || (status.role == Role::Leader
-                    && status.quorum_ack_ms.is_some_and(|ms| Duration::from_millis(ms) < limit))
+                    && match status.quorum_ack_ms {
+                        Some(ms) => Duration::from_millis(ms) < limit,
+                        None => heard_recently(raft, status, limit),
+                    })
         }
         // A follower serves while its leader is heard from: it does not campaign (so never
         // forgets the leader) until a majority has lost the leader too. After a silence it
@@ -62,6 +69,12 @@ pub fn may_serve(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
                 && raft.contact.caught_up(status.applied_index)
         }
     }
+}
+
+/// Whether this member heard a leader within `limit` and has applied what it had to since
+/// its last return: the bound a follower serves under.
+fn heard_recently(raft: &Raft, status: &super::Status, limit: Duration) -> bool {
+    raft.contact.last().is_some_and(|(_, at)| at.elapsed() < limit) && raft.contact.caught_up(status.applied_index)
 }
 
 /// Flips `serving` while this member runs, and counts elections
