@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import threading
 import time
 
@@ -73,7 +74,12 @@ class Grown:
         return self.ens.hostports + [m.hostport for m in self.extra]
 
     def close(self) -> None:
+        keep = os.environ.get("COMPAT_KEEP_LOGS")
         for m in self.extra:
+            m.kill()
+            if keep:
+                os.makedirs(keep, exist_ok=True)
+                shutil.copy(m.log_path, os.path.join(keep, f"{self.name}-{m.myid}.log"))
             m.close()
         self.ens.close()
 
@@ -252,8 +258,14 @@ def test_three_to_five_to_three_under_load():
         except ConnectionLoss:
             # Removing the leader changes leaders; members drop their clients while they
             # follow the new one (ZooKeeper's followers do too), and the answer can be lost
-            # with the connection. The change itself is then indeterminate, as any write's.
-            admin.sync("/zookeeper/config")
+            # with the connection. The change itself is then indeterminate, as any write's:
+            # it was handed to the leader and is still under way, so it is waited for.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                admin.sync("/zookeeper/config")
+                if sorted(_config(admin)) == left:
+                    break
+                time.sleep(0.2)
         assert sorted(_config(admin)) == left
         time.sleep(LOAD_PHASE_S)
         load.stop()
