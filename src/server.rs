@@ -554,7 +554,22 @@ pub async fn run(config: Config, placement: Option<Arc<Placement>>) -> Result<()
         })
         .collect();
 
-    shutdown_signal().await;
+    // A Raft core stopped by a failed disk write (a full or failing disk) cannot take or
+    // follow another write: the server exits, as ZooKeeper's does when its transaction log
+    // cannot be written, so that its supervisor restarts it from what is on disk rather
+    // than leave it answering ConnectionLoss to every write (and reads from a tree that no
+    // longer moves) for good.
+    let fault = tokio::select! {
+        () = shutdown_signal() => None,
+        why = raft.stopped_by_fault() => Some(why),
+    };
+    if let Some(why) = fault {
+        // No drain: connections still open would go on answering reads from a tree that no
+        // longer moves (it took 5 s in the nemesis suite). Leaving the runtime closes them.
+        tracing::error!(error = %why, "raft stopped on a storage error: this server exits");
+        crate::audit::stop();
+        return Err(ServerError::Raft(format!("stopped on a storage error: {why}")));
+    }
     if !standalone && raft.is_leader() {
         // While the peer port still answers: the most caught-up voter campaigns at once
         // instead of after the leader lease (openraft's transfer-leader).

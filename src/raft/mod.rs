@@ -559,6 +559,22 @@ impl Raft {
         tokio::time::timeout_at(deadline, leader.other_than(me)).await.is_ok()
     }
 
+    /// Resolves, with openraft's error, once Raft's core has stopped on its own: a write to
+    /// the log or the state machine failed (a full or failing disk). Never while it runs, nor
+    /// after [`Raft::shutdown`]. It polls (openraft's full metrics change after every turn
+    /// of its core, and a waiter woken for each would cost every write a wake-up).
+    pub async fn stopped_by_fault(&self) -> String {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match &self.inner.metrics().borrow_watched().running_state {
+                Ok(()) | Err(openraft::error::Fatal::Stopped) => {}
+                Err(e) => return e.to_string(),
+            }
+        }
+    }
+
     /// Stops Raft, waiting at most `limit`; whether it stopped in time.
     pub async fn shutdown(&self, limit: Duration) -> bool {
         tokio::time::timeout(limit, self.inner.shutdown()).await.is_ok()
