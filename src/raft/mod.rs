@@ -265,6 +265,15 @@ impl Raft {
             // Replication reads an entry as soon as the log store has it in memory, not only
             // after the leader's own fsync (see `LogStore::with_writer`).
             broadcast_submitted_on_append: Some(true),
+            // A member of an ensemble that led before a restart is a follower after it, and
+            // leads again only by winning a new term. Restored in its old term (openraft's
+            // default), it went on numbering entries from its own log's end, but what it had
+            // sent out before it stopped could be longer than what it kept: entries go to the
+            // followers before the leader's own write (above), and a write that fails is
+            // zeroed. Its new entries then took log ids a follower already held with other
+            // contents, and the trees diverged (seen in the nemesis suite with a disk whose
+            // fsync failed on the leader). A standalone server has nobody to diverge from.
+            enable_leader_restore: Some(options.standalone),
             ..Default::default()
         }
         .validate()
