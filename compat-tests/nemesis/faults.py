@@ -18,6 +18,12 @@ time, each lasting a random few seconds and followed by a quiet gap:
   slowdisk   every fsync of a member (random or the leader) takes 50-500 ms longer (the
              compat-tests/slowsync.c shim, preloaded into every member, reads its delay from a
              file the nemesis writes)
+  fulldisk   a member's data dir (each member's is a small ext4 filesystem of its own, see
+             `LoopDisks`) is filled to the last block; the filler goes when the fault ends. A
+             member that exits meanwhile (as ZooKeeper's and Warden's do when their log
+             cannot be written) is restarted then
+  eio        every fsync of a member fails with EIO (the slowsync shim, after the real call);
+             a member that exits meanwhile is restarted when the fault ends
   (no clock jumps: libfaketime, the one tool that moves one process's wall clock, makes
   the sleeps of a process whose offset changes while it runs fail with EINVAL, and a time
   namespace cannot move CLOCK_REALTIME; Warden reads the wall clock only to stamp
@@ -42,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shutil
 import time
 from typing import Callable, Optional
 
@@ -52,6 +59,7 @@ CATEGORIES = {
     "pause": ("pause",),
     "partition": ("isolate", "split", "bridge", "oneway"),
     "disk": ("slowdisk",),
+    "diskerror": ("fulldisk", "eio"),
     "failpoint": ("crashpoint",),
 }
 
@@ -226,6 +234,29 @@ class Nemesis:
                 self._event(f, "end", f"member {i + 1} {'had crashed at' if died else 'never reached'} {point}; "
                                       f"restarted clean", [i])
             return disarm
+        if f.kind in ("fulldisk", "eio"):
+            m = self.ens.members[i]
+            self._killed.add(i)  # it may exit on the error: not a crash of its own
+            if f.kind == "fulldisk":
+                fill(m.data_dir)
+                self._event(f, "start", f"fill the data dir of {who} to the last block for {f.duration:.2f}s", [i])
+            else:
+                _write(m.base_dir / "slowsync_ms", "eio")
+                self._event(f, "start", f"every fsync of {who} fails with EIO for {f.duration:.2f}s", [i])
+
+            def recover():
+                if f.kind == "fulldisk":
+                    unfill(m.data_dir)
+                else:
+                    _write(m.base_dir / "slowsync_ms", "0")
+                died = not m.running
+                code = m.proc.returncode if died and m.proc is not None else None
+                if died:
+                    self.ens.start(i, wait=False)
+                self._killed.discard(i)
+                self._event(f, "end", f"member {i + 1}'s disk back; it "
+                                      + (f"had exited (code {code}): restarted" if died else "kept running"), [i])
+            return recover
         if f.kind == "slowdisk":
             path = self.ens.members[i].base_dir / "slowsync_ms"
             ms = 50 + int(450 * f.draw)
@@ -290,6 +321,7 @@ class Nemesis:
         for m in self.ens.members:
             if (m.base_dir / "slowsync_ms").exists():
                 _write(m.base_dir / "slowsync_ms", "0")
+            unfill(m.data_dir)
         for i in sorted(self._paused):
             self.ens.sigcont(i)
         self._paused.clear()
@@ -310,3 +342,122 @@ def _write(path, value: str) -> None:
 
 def _m(members) -> str:
     return "{" + ",".join(str(m + 1) for m in members) + "}"
+
+
+FILLER = ".nemesis-filler"
+
+
+def fill(path) -> None:
+    """Fills the filesystem holding `path` to the last block, with files named FILLER*."""
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    chunk = 1 << 20
+    size = free - free % chunk
+    with open(os.path.join(path, FILLER), "wb") as f:
+        while size > 0:
+            try:
+                os.posix_fallocate(f.fileno(), 0, size)
+                break
+            except OSError:
+                size -= chunk  # the extent tree needs a few blocks of its own
+    # What fallocate left, a block at a time (bounded: at most the 1 MiB left above).
+    with open(os.path.join(path, FILLER + "-tail"), "wb", buffering=0) as f:
+        block = b"\0" * st.f_frsize
+        for _ in range(2 * chunk // st.f_frsize + 16):
+            try:
+                f.write(block)
+            except OSError:
+                break
+
+
+def unfill(path) -> None:
+    for name in (FILLER, FILLER + "-tail"):
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+
+
+_LOOP_PROBE: list = []
+
+
+def loop_disks_unavailable() -> Optional[str]:
+    """Why `LoopDisks` cannot work here (None: it can): a small ext4 image is made, mounted
+    on a loop device and unmounted once."""
+    if not _LOOP_PROBE:
+        _LOOP_PROBE.append(_probe_loop())
+    return _LOOP_PROBE[0]
+
+
+def _probe_loop() -> Optional[str]:
+    import subprocess
+    import tempfile
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("mkfs.ext4") is None:
+        return "mkfs.ext4 (e2fsprogs) is missing"
+    d = tempfile.mkdtemp(prefix="nemesis-loop-probe-")
+    img, mnt = os.path.join(d, "probe.img"), os.path.join(d, "mnt")
+    try:
+        os.makedirs(mnt)
+        with open(img, "wb") as f:
+            f.truncate(8 << 20)
+        for cmd in (["mkfs.ext4", "-q", "-F", "-m", "0", img], ["mount", "-o", "loop", img, mnt], ["umount", mnt]):
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            if r.returncode != 0:
+                return f"{' '.join(cmd[:2])} failed: {r.stderr.strip()}"
+        return None
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class LoopDisks:
+    """Puts each member's data dir on a small ext4 filesystem of its own (a sparse image on a
+    loop device, no blocks reserved for root), so that `fulldisk` fills one member's disk
+    and nobody else's. `unmount()` (the members stopped first) undoes it."""
+
+    SIZE = 1 << 30  # sparse: only what is written takes space
+
+    def __init__(self, ens, workdir: str):
+        self.mounts: list[str] = []
+        self.images: list[str] = []
+        import subprocess
+        for m in ens.members:
+            img = os.path.join(workdir, f"member{m.myid}.img")
+            with open(img, "wb") as f:
+                f.truncate(self.SIZE)
+            self.images.append(img)
+            subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", img], check=True, timeout=60,
+                           stdout=subprocess.DEVNULL)
+            # What the data dir holds already (ZooKeeper's myid) moves onto the new filesystem.
+            kept = {}
+            for name in os.listdir(m.data_dir):
+                with open(os.path.join(m.data_dir, name), "rb") as f:
+                    kept[name] = f.read()
+            subprocess.run(["mount", "-o", "loop", img, m.data_dir], check=True, timeout=60)
+            self.mounts.append(m.data_dir)
+            shutil.rmtree(os.path.join(m.data_dir, "lost+found"), ignore_errors=True)
+            for name, data in kept.items():
+                with open(os.path.join(m.data_dir, name), "wb") as f:
+                    f.write(data)
+
+    def unmount(self) -> None:
+        import subprocess
+        for path in self.mounts:
+            for _ in range(20):
+                if subprocess.run(["umount", path], timeout=60, stderr=subprocess.DEVNULL).returncode == 0:
+                    break
+                time.sleep(0.25)  # a member's process still closing its files
+        self.mounts.clear()
+        keep = os.environ.get("NEMESIS_KEEP_DISKS")  # a directory: the images are moved there
+        for img in self.images:
+            if keep:
+                os.makedirs(keep, exist_ok=True)
+                where = os.path.basename(os.path.dirname(img))
+                shutil.move(img, os.path.join(keep, f"{where}-{os.path.basename(img)}"))
+                continue
+            try:
+                os.unlink(img)
+            except FileNotFoundError:
+                pass
+        self.images.clear()

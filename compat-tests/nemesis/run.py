@@ -7,7 +7,7 @@ members, each in its own network namespace; the workloads' clients; the faults; 
 the final reads; the checks; the clean-up, also on failure) and the summaries.
 
     python3 compat-tests/nemesis/run.py --server warden|zookeeper --members 3 --schedules N \\
-        --seconds S --seed SEED [--faults kill,pause,partition[,disk,failpoint]] [--workloads registers,set,locks] \\
+        --seconds S --seed SEED [--faults kill,pause,partition[,disk,diskerror,failpoint]] [--workloads registers,set,locks] \\
         [--clients registers=5,set=3,locks=4] [--cfg snapCount=100 ...] --json OUT
 
 Schedule i uses seed SEED+i (replay one with --seed SEED+i --schedules 1). For each schedule
@@ -48,6 +48,17 @@ RECOVERY_TIMEOUT = 45.0  # seconds after the heal for every workload to write ag
 
 
 _SHIM: list[str] = []
+# Loop-mounted data dirs still mounted (unmounted at exit if a schedule could not).
+_DISKS: list = []
+
+
+def _unmount_all() -> None:
+    for d in list(_DISKS):
+        d.unmount()
+
+
+import atexit  # noqa: E402
+atexit.register(_unmount_all)
 
 
 def slowsync_shim() -> str:
@@ -96,15 +107,20 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
                  "categories": list(categories), "workloads": list(names), "plan": [f.planned() for f in plan],
                  "anomalies": [], "errors": []}
     net = netns.Net(members)
-    if "disk" in categories:
+    if "disk" in categories or "diskerror" in categories:
         net.slowsync_shim = slowsync_shim()
     ens = None
+    disks = None
     wls: list = []
     admin = None
     nem = None
     t_wall = time.monotonic()
     try:
         ens = netns.NetEnsemble(net, members, kind=kind, name=f"nem{seed % 100000}", extra_cfg=cfg or {})
+        if "diskerror" in categories:
+            import tempfile
+            disks = faults.LoopDisks(ens, tempfile.mkdtemp(prefix="nemesis-disks-"))
+            _DISKS.append(disks)
         ens.start()
         leader = ens.leader()
         admin = workloads.make_client(ens.hostports[leader])
@@ -219,6 +235,11 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
         if admin is not None:
             workloads.close_client(admin)
         if ens is not None:
+            if disks is not None:
+                for m in ens.members:
+                    m.kill()
+                disks.unmount()
+                _DISKS.remove(disks)
             ens.close()
         net.close()
     res["wall_seconds"] = round(time.monotonic() - t_wall, 1)
@@ -322,7 +343,10 @@ def run(kind: str, members: int, schedules: int, seconds: float, seed: int, cate
         # Snapshots often, and a short log kept after them, so the snapshot write and install
         # points are passed too (a restarted member far enough behind gets a snapshot).
         cfg = {"snapCount": "1000", "commitLogCount": "50", **(cfg or {})}
-    if "disk" in categories and shutil.which("gcc") is None:
+    if "diskerror" in categories and faults.loop_disks_unavailable() is not None:
+        raise RuntimeError("the diskerror faults need a loop-mounted filesystem per member: "
+                           f"{faults.loop_disks_unavailable()}")
+    if ("disk" in categories or "diskerror" in categories) and shutil.which("gcc") is None:
         raise RuntimeError("the disk faults need gcc to build compat-tests/slowsync.c")
     os.environ["COMPAT_SERVER"] = kind
     out_stem = None

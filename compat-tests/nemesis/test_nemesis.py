@@ -3,7 +3,8 @@ COMPAT_SERVER (Warden, or Apache ZooKeeper 3.8 to prove the harness), each membe
 network namespace (root only; skipped otherwise).
 
 3 schedules x 60 s of kill -9 / SIGSTOP / partitions (isolate, split, bridge, one-way) / a slow
-disk / (on Warden) a member restarted with a crash point armed while the registers, set, locks, sessions and watches workloads run (run.py,
+disk / a full disk and failing fsyncs (where loop devices work) / (on Warden) a member
+restarted with a crash point armed while the registers, set, locks, sessions and watches workloads run (run.py,
 workloads.py, faults.py); the test fails
 on any anomaly a check finds or any harness error, and prints every schedule's summary.
 COMPAT_NEMESIS_SEED pins the first seed (default: random, printed); a failing schedule is
@@ -21,6 +22,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import faults as faults_mod  # noqa: E402
 import harness  # noqa: E402
 import netns  # noqa: E402
 import run as nemesis_run  # noqa: E402
@@ -47,6 +49,12 @@ def test_nemesis_round(tmp_path):
     kind = harness.default_kind()
     # Crash points are Warden's own (run-tests.sh builds it with the `failpoints` feature).
     faults = ["kill", "pause", "partition", "disk"] + (["failpoint"] if kind == "warden" else [])
+    # A full disk and failing fsyncs, where a loop device can give each member its own disk.
+    why_not = faults_mod.loop_disks_unavailable()
+    if why_not is None:
+        faults.append("diskerror")
+    else:
+        print(f"no diskerror faults: {why_not}")
     out = nemesis_run.run(kind, 3, SCHEDULES, SECONDS, seed, faults, ["registers", "set", "locks", "sessions", "watches"],
                           json_out=str(tmp_path / "nemesis.json"), log=log)
     tot = out["total"]
