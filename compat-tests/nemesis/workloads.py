@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import random
+import struct
 import threading
 import time
 from typing import Callable, Optional
@@ -970,7 +971,14 @@ class Watches(Workload):
     reconnect (setWatches), a failover, a member's restart -- leaves that client stuck on an
     old value. Checks: each watcher's reads never go back within a session (mzxid order);
     after the heal, a last write reaches every watcher (its watch fires and it reads the
-    value) within 20 s."""
+    value) within 20 s.
+
+    One more watcher speaks the wire itself (zkwire, on one more member), since kazoo hands
+    events to another thread: it sets a data watch with a read, then reads without a watch
+    every few ms, and any reply that shows a newer mzxid than the watched read must come
+    after the NodeDataChanged event on the connection (ZooKeeper's promise: a client sees
+    the watch event before the new data). It re-arms once it has seen the change; on any
+    error it starts over on a new session."""
 
     name = "watches"
     write_types = ("watch-write",)
@@ -987,6 +995,67 @@ class Watches(Workload):
             self._write_loop(zk, rng)
         else:
             self._watch_loop(c, zk, rng)
+
+    def start(self) -> None:
+        super().start()
+        self.order = {"changes_seen": 0, "violations": [], "sessions": 0}
+        t = threading.Thread(target=self._order_guarded, name=f"{self.name}-wire", daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def _order_guarded(self) -> None:
+        try:
+            self._order_loop()
+        except Exception as e:  # noqa: BLE001 - recorded, reported by run.py
+            import traceback
+            self.errors.append(f"{self.name} wire watcher: {err(e)}\n{traceback.format_exc()}")
+
+    def _order_loop(self) -> None:
+        import zkwire
+        member = self.member_of(self.n_clients)
+        conn = None
+        armed = None  # mzxid the watch was set at
+        while not self.halt.is_set():
+            try:
+                if conn is None:
+                    conn = zkwire.Conn(self.hostports[member], timeout_ms=4000)
+                    conn.sock.settimeout(self.op_timeout)
+                    self.order["sessions"] += 1
+                    armed = None
+                if armed is None:
+                    conn.events.clear()
+                    r = conn.get_data(self.key, watch=True)
+                    if r.err != 0:
+                        raise ConnectionError(f"watched read: error {r.err}")
+                    armed = zkwire.parse_get_data(r.body)[1]["mzxid"]
+                    continue
+                r = conn.get_data(self.key)
+                if r.err != 0:
+                    raise ConnectionError(f"read: error {r.err}")
+                mzxid = zkwire.parse_get_data(r.body)[1]["mzxid"]
+                # Events that came before this reply on the connection are in conn.events.
+                fired = [e for e in conn.events if e.type == EVENT_NODE_DATA_CHANGED and e.path == self.key]
+                if mzxid > armed:
+                    self.order["changes_seen"] += 1
+                    if not fired:
+                        self.order["violations"].append(
+                            f"session 0x{conn.session_id:x} on member {member + 1}: a read answered with mzxid "
+                            f"0x{mzxid:x} before the NodeDataChanged event of the watch set at mzxid 0x{armed:x}")
+                    armed = None
+                elif fired:
+                    armed = None
+                self.halt.wait(0.005)
+            except (OSError, ConnectionError, struct.error, IndexError) as e:
+                if conn is not None:
+                    try:
+                        conn.sock.close()
+                    except OSError:
+                        pass
+                conn = None
+                del e
+                self.halt.wait(0.1)
+        if conn is not None:
+            conn.close()
 
     def _write_loop(self, zk: KazooClient, rng: random.Random) -> None:
         h, t, n, gen = self.history, self.op_timeout, 0, 0
@@ -1056,6 +1125,9 @@ class Watches(Workload):
         self.final_info["final"] = {"value": value, "mzxid": st.mzxid}
         self.final_info["seen"] = {c: self.latest.get(c) for c in range(1, self.n_clients)}
         super().stop()
+        self.final_info["wire_order"] = {"changes_seen": self.order["changes_seen"],
+                                         "violations": len(self.order["violations"]),
+                                         "sessions": self.order["sessions"]}
 
     def check(self) -> list[dict]:
         out = []
@@ -1069,6 +1141,10 @@ class Watches(Workload):
                                    f"watcher {c} (member {self.member_of(c) + 1}) never read the final write "
                                    f"(mzxid 0x{fin['mzxid']:x}) within 20 s; it last read {seen}",
                                    [op.describe() for op in reads[-3:]]))
+        violations = getattr(self, "order", {}).get("violations", [])
+        if violations:
+            out.append(anomaly(self.name, "reply-before-event",
+                               f"{len(violations)} replies showed a watched change before its event", violations[:5]))
         last: dict[tuple, object] = {}
         for op in self.history.ops("watch-read"):
             if op.final_outcome != "ok" or op.session is None:
@@ -1081,6 +1157,8 @@ class Watches(Workload):
             last[k] = op
         return out
 
+
+EVENT_NODE_DATA_CHANGED = 3
 
 WORKLOADS: dict[str, Callable] = {"registers": Registers, "set": SetAdds, "locks": Locks, "sessions": Sessions,
                                   "watches": Watches}
