@@ -38,25 +38,23 @@ static int pause_ms(void) {
     }
     return eio;
 }
-int fdatasync(int fd) {
-    static int (*real)(int);
-    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    int eio = pause_ms();
-    int rc = real(fd);
+/* The real call's result, or EIO when the fault says so. */
+static int finish(int rc, int eio) {
     if (eio) {
         errno = EIO;
         return -1;
     }
     return rc;
 }
+int fdatasync(int fd) {
+    static int (*real)(int);
+    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    int eio = pause_ms();
+    return finish(real(fd), eio);
+}
 int fsync(int fd) {
     static int (*real)(int);
     if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
     int eio = pause_ms();
-    int rc = real(fd);
-    if (eio) {
-        errno = EIO;
-        return -1;
-    }
-    return rc;
+    return finish(real(fd), eio);
 }
