@@ -24,6 +24,11 @@ time, each lasting a random few seconds and followed by a quiet gap:
              cannot be written) is restarted then
   eio        every fsync of a member fails with EIO (the slowsync shim, after the real call);
              a member that exits meanwhile is restarted when the fault ends
+  reconfig   a member (random or the leader) is removed from the ensemble with `reconfig`
+             (the super user's, through the other members) and added back, with the same
+             line, when the fault ends; it keeps running meanwhile (ZooKeeper serves on as a
+             non-voting follower, Warden stops serving). A reconfig whose answer is lost is
+             looked up in /zookeeper/config. Needs `use_dynamic_files` before the start
   (no clock jumps: libfaketime, the one tool that moves one process's wall clock, makes
   the sleeps of a process whose offset changes while it runs fail with EINVAL, and a time
   namespace cannot move CLOCK_REALTIME; Warden reads the wall clock only to stamp
@@ -60,6 +65,7 @@ CATEGORIES = {
     "partition": ("isolate", "split", "bridge", "oneway"),
     "disk": ("slowdisk",),
     "diskerror": ("fulldisk", "eio"),
+    "membership": ("reconfig",),
     "failpoint": ("crashpoint",),
 }
 
@@ -135,6 +141,7 @@ class Nemesis:
         self._paused: set = set()
         self._killed: set = set()
         self._crash_seen: set = set()
+        self._removed: dict = {}  # member index -> its server line, while reconfig removed it
 
     # -- helpers -------------------------------------------------------------------------
     def now(self) -> float:
@@ -257,6 +264,22 @@ class Nemesis:
                 self._event(f, "end", f"member {i + 1}'s disk back; it "
                                       + (f"had exited (code {code}): restarted" if died else "kept running"), [i])
             return recover
+        if f.kind == "reconfig":
+            line = member_line(self.ens, i)
+            done, why = self._reconfig(i, leaving=True)
+            if not done:
+                self._event(f, "start", f"reconfig could not remove {who}: {why}", [i])
+                return lambda: self._event(f, "end", f"nothing to undo for member {i + 1}", [i])
+            self._removed[i] = line
+            self._event(f, "start", f"reconfig removed {who} for {f.duration:.2f}s", [i])
+
+            def re_add():
+                ok, why = self._reconfig(i, leaving=False)
+                if ok:
+                    self._removed.pop(i, None)
+                self._event(f, "end", f"reconfig added member {i + 1} back" if ok
+                            else f"reconfig could not add member {i + 1} back yet ({why}); the heal tries again", [i])
+            return re_add
         if f.kind == "slowdisk":
             path = self.ens.members[i].base_dir / "slowsync_ms"
             ms = 50 + int(450 * f.draw)
@@ -314,9 +337,53 @@ class Nemesis:
             self.check_crashes()
         self._sleep_until(seconds, deadline)
 
+    def _reconfig(self, i: int, leaving: bool, timeout: float = 30.0) -> tuple[bool, str]:
+        """Removes member i (leaving) or adds it back with its line, through the other
+        members, retrying while the ensemble is between leaders or a new member is still
+        catching up; a lost answer is looked up in /zookeeper/config. (done, why not)."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
+        import harness
+        others = [hp for j, hp in enumerate(self.ens.hostports) if j != i and j not in self._paused
+                  and self.ens.members[j].running]
+        line = self._removed.get(i) or member_line(self.ens, i)
+        zk = KazooClient(hosts=",".join(others), timeout=10.0,
+                         auth_data=[("digest", f"{harness.SUPER_USER}:{harness.SUPER_PASSWORD}")])
+        why = "no answer"
+        try:
+            zk.start(timeout=15)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    if leaving:
+                        zk.reconfig(None, str(i + 1), None)
+                    else:
+                        zk.reconfig(line, None, None)
+                    return True, ""
+                except (KazooException, KazooTimeoutError) as e:
+                    why = f"{type(e).__name__} {e}".strip()
+                try:
+                    zk.sync("/zookeeper/config")
+                    present = f"server.{i + 1}=" in zk.get("/zookeeper/config")[0].decode()
+                    if present != leaving:
+                        return True, ""  # the change happened; its answer was lost
+                except (KazooException, KazooTimeoutError):
+                    pass
+                time.sleep(0.25)
+            return False, why
+        except (KazooException, KazooTimeoutError) as e:
+            return False, f"{type(e).__name__} {e}".strip()
+        finally:
+            try:
+                zk.stop()
+                zk.close()
+            except Exception:  # noqa: BLE001
+                pass
+
     def heal_all(self) -> None:
-        """Heals the network, resumes every frozen member, restarts every dead one, and
-        puts every disk back."""
+        """Heals the network, resumes every frozen member, restarts every dead one, puts
+        every disk back, and adds back every member a reconfig removed."""
         self.net.heal()
         for m in self.ens.members:
             if (m.base_dir / "slowsync_ms").exists():
@@ -329,7 +396,34 @@ class Nemesis:
             if not m.running:
                 self.ens.start(i, wait=False)
         self._killed.clear()
+        for i in sorted(self._removed):
+            ok, why = self._reconfig(i, leaving=False, timeout=60.0)
+            if ok:
+                self._removed.pop(i)
+            else:
+                self.log(f"[{self.now():7.2f}s] member {i + 1} could not be added back: {why}")
         self._event(None, "heal", "healed the network, resumed and restarted every member", kind="heal")
+
+
+def member_line(ens, i: int) -> str:
+    """Member i's line in ZooKeeper's dynamic format: server.N=host:peer:election:participant;host:client."""
+    m = ens.members[i]
+    return f"server.{i + 1}={m.host}:{ens.peer_ports[i]}:{ens.election_ports[i]}:participant;{m.hostport}"
+
+
+def use_dynamic_files(ens) -> None:
+    """Moves every member's membership from zoo.cfg into `zoo.cfg.dynamic.100000000` next to
+    it, as ZooKeeper's reconfig documentation starts an ensemble (before the start)."""
+    lines = [member_line(ens, i) for i in range(ens.n)]
+    for m in ens.members:
+        path = os.path.join(str(m.base_dir), "zoo.cfg.dynamic.100000000")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        for key in list(m.extra_cfg):
+            if key.startswith("server."):
+                m.extra_cfg[key] = None
+        m.extra_cfg["dynamicConfigFile"] = path
+        m._write_config()
 
 
 def _write(path, value: str) -> None:

@@ -7,7 +7,7 @@ members, each in its own network namespace; the workloads' clients; the faults; 
 the final reads; the checks; the clean-up, also on failure) and the summaries.
 
     python3 compat-tests/nemesis/run.py --server warden|zookeeper --members 3 --schedules N \\
-        --seconds S --seed SEED [--faults kill,pause,partition[,disk,diskerror,failpoint]] [--workloads registers,set,locks] \\
+        --seconds S --seed SEED [--faults kill,pause,partition[,disk,diskerror,membership,failpoint]] [--workloads registers,set,locks] \\
         [--clients registers=5,set=3,locks=4] [--cfg snapCount=100 ...] --json OUT
 
 Schedule i uses seed SEED+i (replay one with --seed SEED+i --schedules 1). For each schedule
@@ -117,6 +117,8 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
     t_wall = time.monotonic()
     try:
         ens = netns.NetEnsemble(net, members, kind=kind, name=f"nem{seed % 100000}", extra_cfg=cfg or {})
+        if "membership" in categories:
+            faults.use_dynamic_files(ens)
         if "diskerror" in categories:
             import tempfile
             disks = faults.LoopDisks(ens, tempfile.mkdtemp(prefix="nemesis-disks-"))
@@ -343,6 +345,8 @@ def run(kind: str, members: int, schedules: int, seconds: float, seed: int, cate
         # Snapshots often, and a short log kept after them, so the snapshot write and install
         # points are passed too (a restarted member far enough behind gets a snapshot).
         cfg = {"snapCount": "1000", "commitLogCount": "50", **(cfg or {})}
+    if "membership" in categories:
+        cfg = {"reconfigEnabled": "true", **(cfg or {})}
     if "diskerror" in categories and faults.loop_disks_unavailable() is not None:
         raise RuntimeError("the diskerror faults need a loop-mounted filesystem per member: "
                            f"{faults.loop_disks_unavailable()}")

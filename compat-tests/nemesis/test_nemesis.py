@@ -4,7 +4,7 @@ network namespace (root only; skipped otherwise).
 
 3 schedules x 60 s of kill -9 / SIGSTOP / partitions (isolate, split, bridge, one-way) / a slow
 disk / a full disk and failing fsyncs (where loop devices work) / (on Warden) a member
-restarted with a crash point armed while the registers, set, locks, sessions and watches workloads run (run.py,
+restarted with a crash point armed and a member removed by reconfig and added back, while the registers, set, locks, sessions and watches workloads run (run.py,
 workloads.py, faults.py); the test fails
 on any anomaly a check finds or any harness error, and prints every schedule's summary.
 COMPAT_NEMESIS_SEED pins the first seed (default: random, printed); a failing schedule is
@@ -47,8 +47,10 @@ def test_nemesis_round(tmp_path):
         print(s, flush=True)
 
     kind = harness.default_kind()
-    # Crash points are Warden's own (run-tests.sh builds it with the `failpoints` feature).
-    faults = ["kill", "pause", "partition", "disk"] + (["failpoint"] if kind == "warden" else [])
+    # Crash points are Warden's own; membership changes too here: ZooKeeper 3.8.0 ended a
+    # schedule with them (seed 9400) with a member answering synced reads from an old tree and
+    # lock clients stuck, which this round cannot prove the harness with.
+    faults = ["kill", "pause", "partition", "disk"] + (["failpoint", "membership"] if kind == "warden" else [])
     # A full disk and failing fsyncs, where a loop device can give each member its own disk.
     why_not = faults_mod.loop_disks_unavailable()
     if why_not is None:
