@@ -552,6 +552,26 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
         if batch.is_empty() {
             continue;
         }
+        // The connection first, then what to send. Opening one can take up to two seconds
+        // (a leader behind a partition answers no SYN), and a client whose connection closed
+        // meanwhile got ConnectionLoss and may have written again through another
+        // connection: its txn, sent once the network healed, landed after that newer write
+        // (seen in the nemesis suite: a lock contender created after the client's retry,
+        // left behind for good). So when a connection had to be opened, a txn whose client
+        // has gone is not sent. On a live connection nothing is dropped, so a closeSession
+        // sent just before its client hangs up still goes out.
+        let client = peers.client(leader_id, &leader_addr);
+        let connected = client.ready(FORWARD_TIMEOUT).await;
+        if matches!(connected, Ok(true)) {
+            let before = batch.len();
+            batch.retain(|q| !q.waiter.is_closed());
+            if batch.len() < before {
+                tracing::debug!(dropped = before - batch.len(), "txns whose clients left while the leader was reached");
+            }
+            if batch.is_empty() {
+                continue;
+            }
+        }
         let mut txns = Vec::with_capacity(batch.len());
         let mut waiters = Vec::with_capacity(batch.len());
         let mut retry_until = Vec::with_capacity(batch.len());
@@ -561,9 +581,12 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
             retry_until.push(q.retry_until);
         }
         metrics::histogram!("warden_raft_batch_txns").record(txns.len() as f64);
-        let client = peers.client(leader_id, &leader_addr);
         let txns = Arc::new(txns);
-        match client.start(PeerRequest::ForwardFrom(me, TxnBatch::shared(txns.clone())), FORWARD_TIMEOUT).await {
+        let started = match connected {
+            Ok(_) => client.start(PeerRequest::ForwardFrom(me, TxnBatch::shared(txns.clone())), FORWARD_TIMEOUT).await,
+            Err(e) => Err(e),
+        };
+        match started {
             Ok(answer) => {
                 let tree = tree.clone();
                 let mut leader = raft.leader_watch();

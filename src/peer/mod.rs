@@ -577,6 +577,15 @@ impl PeerClient {
         })
     }
 
+    /// Makes sure a connection is open (opening one within `timeout` if none is), without
+    /// sending anything; whether one had to be opened. A caller that decides what to send
+    /// only once the peer is reachable (see `dispatch::propose`) calls this first.
+    pub async fn ready(&self, timeout: Duration) -> Result<bool, PeerError> {
+        let live = lock(&self.conn).as_ref().is_some_and(|c| lock(&c.pending).is_some());
+        self.connection(timeout.min(Duration::from_secs(2))).await?;
+        Ok(!live)
+    }
+
     /// Sends a request and waits for its answer.
     pub async fn call(&self, req: PeerRequest, timeout: Duration) -> Result<PeerResponse, PeerError> {
         self.start(req, timeout).await?.await
