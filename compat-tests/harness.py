@@ -421,19 +421,24 @@ def started(
     return srv
 
 
-def slow_disk(monkeypatch, tmp_path, ms: int) -> None:
-    """Make every fsync/fdatasync of servers started from now on in this test `ms` slower:
-    builds compat-tests/slowsync.c with gcc (skips the test without gcc) and sets LD_PRELOAD
-    and SLOWSYNC_MS through monkeypatch, so they are undone at the test's end."""
+def disk_shim(monkeypatch, tmp_path) -> None:
+    """Preload compat-tests/slowsync.c (built with gcc; the test is skipped without it) into
+    servers started from now on in this test, through monkeypatch (undone at its end)."""
     import pytest  # only the compat tests call this; the harness is also used by bench scripts
 
     gcc = shutil.which("gcc")
     if gcc is None:
-        pytest.skip("gcc is needed to build the slow-disk shim")
+        pytest.skip("gcc is needed to build the disk shim")
     shim = Path(tmp_path) / "slowsync.so"
     subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
                     str(Path(__file__).with_name("slowsync.c")), "-ldl"], check=True, timeout=60)
     monkeypatch.setenv("LD_PRELOAD", str(shim))
+
+
+def slow_disk(monkeypatch, tmp_path, ms: int) -> None:
+    """Make every fsync/fdatasync of servers started from now on in this test `ms` slower
+    (the shim, and SLOWSYNC_MS)."""
+    disk_shim(monkeypatch, tmp_path)
     monkeypatch.setenv("SLOWSYNC_MS", str(ms))
 
 

@@ -16,11 +16,8 @@ diverged (later sequential creates got different names on each).
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 
-import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
@@ -29,13 +26,7 @@ from ensemble import Ensemble
 
 
 def _shim(tmp_path, monkeypatch) -> None:
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("gcc is needed to build the disk shim")
-    shim = tmp_path / "slowsync.so"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    os.path.join(os.path.dirname(__file__), "slowsync.c"), "-ldl"], check=True, timeout=60)
-    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    harness.disk_shim(monkeypatch, tmp_path)
     monkeypatch.setenv("SLOWSYNC_FILE", "slowsync_ms")  # relative: each member's own directory
 
 

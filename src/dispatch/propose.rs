@@ -555,11 +555,11 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
         // The connection first, then what to send. Opening one can take up to two seconds
         // (a leader behind a partition answers no SYN), and a client whose connection closed
         // meanwhile got ConnectionLoss and may have written again through another
-        // connection: its txn, sent once the network healed, landed after that newer write
-        // (seen in the nemesis suite: a lock contender created after the client's retry,
-        // left behind for good). So when a connection had to be opened, a txn whose client
-        // has gone is not sent. On a live connection nothing is dropped, so a closeSession
-        // sent just before its client hangs up still goes out.
+        // connection: its txn, sent once the network healed, could land after that newer
+        // write (the likely path of a lock contender left behind for good in the nemesis
+        // suite, seed 7101). So when a connection had to be opened, a txn whose client has
+        // gone is not sent. On a live connection nothing is dropped, so a closeSession sent
+        // just before its client hangs up still goes out.
         let client = peers.client(leader_id, &leader_addr);
         let connected = client.ready(FORWARD_TIMEOUT).await;
         if matches!(connected, Ok(true)) {

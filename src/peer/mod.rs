@@ -483,12 +483,14 @@ impl PeerClient {
         PeerClient { addr, security, conn: Arc::new(Mutex::new(None)) }
     }
 
-    async fn connection(&self, connect_timeout: Duration) -> Result<Arc<Connection>, PeerError> {
+    /// The live connection, or a new one; and whether it is new (none was live, or the
+    /// live one was stuck).
+    async fn connection(&self, connect_timeout: Duration) -> Result<(Arc<Connection>, bool), PeerError> {
         let current = lock(&self.conn).clone();
         if let Some(c) = current {
             let stalled = lock(&c.pending).as_ref().map(|i| i.stalled(Instant::now()));
             match stalled {
-                Some(false) => return Ok(c),
+                Some(false) => return Ok((c, false)),
                 Some(true) => {
                     tracing::debug!(addr = %self.addr, "peer connection stuck: opening another");
                     c.lose(&self.addr);
@@ -523,7 +525,7 @@ impl PeerClient {
             reader,
         });
         *lock(&self.conn) = Some(conn.clone());
-        Ok(conn)
+        Ok((conn, true))
     }
 
     /// Sends a request on the connection (requests leave in the order `start` is called) and
@@ -537,7 +539,7 @@ impl PeerClient {
     ) -> Result<impl std::future::Future<Output = Result<PeerResponse, PeerError>> + Send + 'static, PeerError> {
         // A connect never outlives the request: a stuck SYN (a peer behind a partition) must
         // not hold up the Raft RPCs queued behind it once the network heals.
-        let conn = self.connection(timeout.min(Duration::from_secs(2))).await?;
+        let (conn, _) = self.connection(timeout.min(Duration::from_secs(2))).await?;
         let id = conn.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let frame = postcard::to_stdvec(&Envelope { version: PROTOCOL_VERSION, id, body: req })
             .map_err(|e| PeerError::Codec(e.to_string()))?;
@@ -577,13 +579,12 @@ impl PeerClient {
         })
     }
 
-    /// Makes sure a connection is open (opening one within `timeout` if none is), without
-    /// sending anything; whether one had to be opened. A caller that decides what to send
-    /// only once the peer is reachable (see `dispatch::propose`) calls this first.
+    /// Makes sure a connection is open (opening one within `timeout` if none is live, or the
+    /// live one is stuck), without sending anything; whether one had to be opened. A caller
+    /// that decides what to send only once the peer is reachable (see `dispatch::propose`)
+    /// calls this first.
     pub async fn ready(&self, timeout: Duration) -> Result<bool, PeerError> {
-        let live = lock(&self.conn).as_ref().is_some_and(|c| lock(&c.pending).is_some());
-        self.connection(timeout.min(Duration::from_secs(2))).await?;
-        Ok(!live)
+        self.connection(timeout.min(Duration::from_secs(2))).await.map(|(_, opened)| opened)
     }
 
     /// Sends a request and waits for its answer.
