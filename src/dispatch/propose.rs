@@ -77,6 +77,20 @@ struct Queued {
     retry_until: Option<tokio::time::Instant>,
 }
 
+impl Queued {
+    /// See [`abandoned`].
+    fn abandoned(&self) -> bool {
+        abandoned(&self.txn, &self.waiter)
+    }
+}
+
+/// Whether a txn not yet sent to the leader is dropped because its client has gone: every
+/// txn but a closeSession, which is the session's last word (nothing of the session can
+/// follow it) and, dropped, would leave the session and its ephemerals to a timeout.
+fn abandoned(txn: &Txn, waiter: &Waiter) -> bool {
+    waiter.is_closed() && !matches!(txn.op, TxnOp::CloseSession { .. })
+}
+
 /// Txns waiting for a batch, in arrival order: pushed by connections, taken by the proposer
 /// task (forwarding, failing) and by the log store as it appends a batch proposed empty.
 pub struct Inbox {
@@ -548,7 +562,7 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
         // A txn retried after a failed forward whose connection has closed since is dropped:
         // its client got ConnectionLoss, and may now write through another member, so sending
         // it later could apply it after the session's newer writes.
-        batch.retain(|q| q.retry_until.is_none() || !q.waiter.is_closed());
+        batch.retain(|q| q.retry_until.is_none() || !q.abandoned());
         if batch.is_empty() {
             continue;
         }
@@ -558,13 +572,13 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
         // connection: its txn, sent once the network healed, could land after that newer
         // write (the likely path of a lock contender left behind for good in the nemesis
         // suite, seed 7101). So when a connection had to be opened, a txn whose client has
-        // gone is not sent. On a live connection nothing is dropped, so a closeSession sent
-        // just before its client hangs up still goes out.
+        // gone is not sent (a closeSession still is: see `abandoned`). On a live connection
+        // nothing is dropped.
         let client = peers.client(leader_id, &leader_addr);
         let connected = client.ready(FORWARD_TIMEOUT).await;
         if matches!(connected, Ok(true)) {
             let before = batch.len();
-            batch.retain(|q| !q.waiter.is_closed());
+            batch.retain(|q| !q.abandoned());
             if batch.len() < before {
                 tracing::debug!(dropped = before - batch.len(), "txns whose clients left while the leader was reached");
             }
@@ -651,7 +665,7 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
                 let mut give_up = Vec::new();
                 for ((txn, (waiter, committed_is_enough)), until) in txns.into_iter().zip(waiters).zip(retry_until) {
                     let until = until.unwrap_or(now + FORWARD_RETRY_FOR);
-                    if now < until && !waiter.is_closed() {
+                    if now < until && !abandoned(&txn, &waiter) {
                         retry.push(Queued { txn, waiter, committed_is_enough, retry_until: Some(until) });
                     } else {
                         give_up.push(waiter);
@@ -678,7 +692,6 @@ async fn run(raft: Raft, peers: Peers, tree: Arc<SharedTree>, shared: Arc<Shared
 mod tests {
     use super::*;
     use crate::raft::LeaderId;
-    use crate::tree::txn::TxnOp;
 
     fn txn(session_id: i64) -> Txn {
         Txn { session_id, time_ms: 0, auth: Default::default(), op: TxnOp::CloseSession { session_id } }
@@ -775,5 +788,22 @@ mod tests {
         });
         drop(proposer);
         assert!(!waiter.await.expect("join"));
+    }
+    /// A txn whose client has gone is not sent, except a closeSession: the session's last
+    /// word, which would otherwise leave its ephemerals to a timeout.
+    #[test]
+    fn only_a_close_session_outlives_its_client() {
+        let set = Txn {
+            session_id: 7,
+            time_ms: 0,
+            auth: Default::default(),
+            op: TxnOp::SetData { path: "/a".into(), data: None, version: -1 },
+        };
+        let (done, wait) = oneshot::channel();
+        assert!(!abandoned(&set, &done));
+        assert!(!abandoned(&txn(7), &done));
+        drop(wait);
+        assert!(abandoned(&set, &done));
+        assert!(!abandoned(&txn(7), &done));
     }
 }
