@@ -14,7 +14,9 @@ time, each lasting a random few seconds and followed by a quiet gap:
   crashpoint (Warden only: a build with the `failpoints` feature) a member is restarted with
              one of its crash points armed (FAILPOINTS: log append before/after the write,
              snapshot write and install before/after the rename, apply before/after), which
-             aborts it there within moments; it is restarted clean when the fault ends
+             aborts it there within moments; it is restarted clean when the fault ends. For
+             the install points it first stays down for half the fault, so that it comes
+             back far enough behind to be sent a snapshot
   slowdisk   every fsync of a member (random or the leader) takes 50-500 ms longer (the
              compat-tests/slowsync.c shim, preloaded into every member, reads its delay from a
              file the nemesis writes)
@@ -226,10 +228,21 @@ class Nemesis:
             m = self.ens.members[i]
             self._killed.add(i)  # it is meant to die: not a crash of its own
             self.ens.kill(i)
-            m.extra_env = {"FAILPOINTS": f"{point}=10%return"}
+            # A member restarted at once is too little behind to be sent a snapshot, so the
+            # install points would never be passed: it stays down for half the fault first,
+            # while the others write on and purge their logs past it (snapCount is small
+            # whenever crash points run). An install passes its points once, so they fire on
+            # the first pass; the others fire on one pass in ten.
+            install = point.startswith("snapshot-install")
+            share = "100%" if install else "10%"
+            m.extra_env = {"FAILPOINTS": f"{point}={share}return"}
+            down = f.duration / 2 if install else 0.0
+            if down:
+                time.sleep(down)
             self.ens.start(i, wait=False)
-            self._event(f, "start", f"restart {who} with crash point {point} armed (10% of passes) "
-                                    f"for {f.duration:.2f}s", [i])
+            self._event(f, "start", f"restart {who} with crash point {point} armed ({share} of passes) "
+                                    f"for {f.duration - down:.2f}s" + (f", after {down:.2f}s down" if down else ""),
+                        [i])
 
             def disarm():
                 m.extra_env = {}
