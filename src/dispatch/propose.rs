@@ -789,6 +789,7 @@ mod tests {
         drop(proposer);
         assert!(!waiter.await.expect("join"));
     }
+
     /// A txn whose client has gone is not sent, except a closeSession: the session's last
     /// word, which would otherwise leave its ephemerals to a timeout.
     #[test]

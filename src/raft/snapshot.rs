@@ -126,53 +126,32 @@ fn invalid(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
 }
 
-/// Writes `file` into `w` (at its start): parted and compressed, or uncompressed in the
-/// original single-encoding form.
-pub(super) fn encode_snapshot(
-    file: &SnapshotFile,
-    w: &mut std::io::BufWriter<std::fs::File>,
-    compress: bool,
-) -> std::io::Result<()> {
-    if !compress {
-        return postcard::to_io(file, w).map(|_| ()).map_err(std::io::Error::other);
-    }
-    encode_parted_with(file, w, PART_NODES, PART_BYTES, 0.0)
-}
-
 /// How long a serving server's snapshot writer rests after each part, in multiples of the time
 /// the part took: 3 keeps it to about a quarter of a core. On a small machine a snapshot
 /// written flat out takes a whole core from the server for its length, and the writes
 /// acknowledged meanwhile are the slow ones. Snapshots of 1,000,000 znodes under setData at
 /// half of capacity, 2 vCPUs, 6 rounds flat out against 3 paced: write p99 during snapshots
 /// 19.5 ms (12.0-45.6) vs 11.2 (11.2-12.4), p99.9 28.7 vs 18.4, the snapshot 0.7 s vs 2.8 s
-/// (BENCHMARKS.md, "Snapshot under load, Warden against itself").
+/// (BENCHMARKS.md, "Snapshot under load, Warden against itself"). Imports, restores and tests
+/// write flat out (a pace of 0).
 const BUILD_PACE: f64 = 3.0;
 
-/// [`encode_snapshot`] for a snapshot a serving server builds: paced ([`BUILD_PACE`]) when
-/// compressed. Imports, restores and tests write flat out.
-pub(super) fn encode_snapshot_paced(
+/// Writes `file` into `w` (at its start): parted and compressed, resting `pace` times as long
+/// as each part took after it (see [`BUILD_PACE`]), or uncompressed in the original
+/// single-encoding form.
+pub(super) fn encode_snapshot(
     file: &SnapshotFile,
     w: &mut std::io::BufWriter<std::fs::File>,
     compress: bool,
+    pace: f64,
 ) -> std::io::Result<()> {
     if !compress {
-        return encode_snapshot(file, w, false);
+        return postcard::to_io(file, w).map(|_| ()).map_err(std::io::Error::other);
     }
-    encode_parted_with(file, w, PART_NODES, PART_BYTES, BUILD_PACE)
+    encode_parted(file, w, PART_NODES, PART_BYTES, pace)
 }
 
-#[cfg(test)]
 pub(super) fn encode_parted(
-    file: &SnapshotFile,
-    w: &mut std::io::BufWriter<std::fs::File>,
-    part_nodes: usize,
-    part_bytes: usize,
-) -> std::io::Result<()> {
-    encode_parted_with(file, w, part_nodes, part_bytes, 0.0)
-}
-
-/// Writes a parted snapshot; after each part, rests `pace` times as long as the part took.
-fn encode_parted_with(
     file: &SnapshotFile,
     w: &mut std::io::BufWriter<std::fs::File>,
     part_nodes: usize,
@@ -517,7 +496,7 @@ pub fn write_initial(
     let file =
         SnapshotFile { last_applied: Some(log_id), membership: StoredMembership::new(Some(log_id), membership), tree };
     std::fs::create_dir_all(dir)?;
-    write_snapshot_with(dir, &file.last_applied, |w| encode_snapshot(&file, w, compress))?;
+    write_snapshot_with(dir, &file.last_applied, |w| encode_snapshot(&file, w, compress, 0.0))?;
     Ok(snapshot_path(dir, &file.last_applied))
 }
 
@@ -595,7 +574,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         // returned meta; followers get the data from the file (`get_current_snapshot`).
         let (file, dir, compress) = (self.file.clone(), self.dir.clone(), self.compress);
         let (size, written) = tokio::task::spawn_blocking(move || {
-            write_snapshot_with(&dir, &file.last_applied, |w| encode_snapshot_paced(&file, w, compress))
+            write_snapshot_with(&dir, &file.last_applied, |w| encode_snapshot(&file, w, compress, BUILD_PACE))
         })
         .await
         .map_err(snap_err)?

@@ -522,7 +522,7 @@ mod tests {
             let last = Some(LogId::new(crate::raft::LeaderId { term: 3, node_id: 0 }, 42));
             let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
             let (size, _) =
-                write_snapshot_with(dir.path(), &last, |w| encode_snapshot(&file, w, compress)).expect("write");
+                write_snapshot_with(dir.path(), &last, |w| encode_snapshot(&file, w, compress, 0.0)).expect("write");
             assert_eq!(size < 100 << 10, compress, "compressed: {compress}, {size} bytes");
             let path = newest_snapshot(dir.path()).expect("list").expect("a snapshot");
             assert_eq!(path, snapshot_path(dir.path(), &last));
@@ -543,8 +543,8 @@ mod tests {
     }
 
     /// A tree of many small parts (so several threads decode them) reads back node for node,
-    /// with its sessions, digest and shared ACLs; so does the compressed form written before
-    /// parted snapshots.
+    /// with its sessions, digest and shared ACLs, paced or not; so does the compressed form
+    /// written before parted snapshots.
     #[test]
     fn parted_snapshot_round_trip() {
         use crate::raft::snapshot::encode_parted;
@@ -561,9 +561,10 @@ mod tests {
         let last = Some(LogId::new(crate::raft::LeaderId { term: 2, node_id: 1 }, 99));
         let file = SnapshotFile { last_applied: last, membership: StoredMembership::default(), tree: tree.clone() };
         type Writer<'a> = Box<dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()> + 'a>;
-        let writers: [(&str, Writer<'_>); 3] = [
-            ("parted", Box::new(|w| encode_parted(&file, w, 7, 1 << 20))),
-            ("parted by bytes", Box::new(|w| encode_parted(&file, w, 1000, 4096))),
+        let writers: [(&str, Writer<'_>); 4] = [
+            ("parted", Box::new(|w| encode_parted(&file, w, 7, 1 << 20, 0.0))),
+            ("parted and paced", Box::new(|w| encode_parted(&file, w, 7, 1 << 20, 0.5))),
+            ("parted by bytes", Box::new(|w| encode_parted(&file, w, 1000, 4096, 0.0))),
             ("single compressed", Box::new(|w| encode_single_compressed(&file, w))),
         ];
         for (name, write) in writers {
@@ -596,7 +597,7 @@ mod tests {
         // One part of nodes, and a part for every 16 (decoded on several threads).
         for part_nodes in [100_000, 16] {
             write_snapshot_with(dir.path(), &None, |w| {
-                crate::raft::snapshot::encode_parted(&file, w, part_nodes, 1 << 20)
+                crate::raft::snapshot::encode_parted(&file, w, part_nodes, 1 << 20, 0.0)
             })
             .expect("write");
             let path = newest_snapshot(dir.path()).expect("list").expect("a snapshot");
