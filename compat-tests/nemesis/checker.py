@@ -82,6 +82,8 @@ def step(state: tuple, op: Op) -> Optional[tuple]:
             return state if version != op.expected_version else None
         if version != op.expected_version:
             return None
+        if op.outcome == "ok" and op.result is not None and op.result[0] != version + 1:
+            return None
         return (op.value, version + 1)
     raise ValueError(f"unknown op kind {op.kind!r}")
 

@@ -396,7 +396,9 @@ class Nemesis:
 
     def heal_all(self) -> None:
         """Heals the network, resumes every frozen member, restarts every dead one, puts
-        every disk back, and adds back every member a reconfig removed."""
+        every disk back, and adds back every member a reconfig removed. A member that exited
+        by itself since the last look is recorded first, as during the faults."""
+        self.check_crashes()
         self.net.heal()
         for m in self.ens.members:
             if (m.base_dir / "slowsync_ms").exists():
@@ -408,6 +410,7 @@ class Nemesis:
         for i, m in enumerate(self.ens.members):
             if not m.running:
                 self.ens.start(i, wait=False)
+                self._crash_seen.discard(i)  # a new process: its own exit would be news
         self._killed.clear()
         for i in sorted(self._removed):
             ok, why = self._reconfig(i, leaving=False, timeout=60.0)

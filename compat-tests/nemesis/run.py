@@ -187,6 +187,7 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
                 w.final(ens.hostports)
             except Exception as e:  # noqa: BLE001
                 w.errors.append(f"{w.name} final: {workloads.err(e)}\n{traceback.format_exc()}")
+        nem.check_crashes()  # a member that exited after the heal (settling, final reads)
         for w in wls:
             w.close()  # (no client threads left when the checker forks)
         for w in wls:

@@ -106,6 +106,17 @@ def test_failed_cas_constrains_the_version():
     assert not check(h.ops, INIT).ok
 
 
+def test_cas_acknowledged_with_a_wrong_version_is_caught():
+    """A CAS's reply names the version it made; any other than expected + 1 is an anomaly,
+    even if no read ever looks at it."""
+    h = H()
+    h.add(1, "cas", 0, 1, value=b"a", ver=0, result=(7,))
+    assert not check(h.ops, INIT).ok
+    h = H()
+    h.add(1, "cas", 0, 1, value=b"a", ver=0, result=(1,))
+    assert check(h.ops, INIT).ok
+
+
 def simulate(seed, clients=5, ops=60, bug=False):
     """A history from a real linearizable register (ops take effect at a random point inside
     their interval); with `bug`, one read is made stale."""

@@ -275,6 +275,7 @@ class Registers(Workload):
         self.keys = [k for ks in self.key_sets for k in ks]
         self.t_start = time.monotonic()
         self.check_budget = 60.0  # seconds per key
+        self.missing: list[str] = []  # ops that found a key missing (see setup)
 
     def setup(self, admin: KazooClient) -> None:
         admin.create(f"{self.base}/reg", b"", makepath=True)
@@ -283,6 +284,17 @@ class Registers(Workload):
         admin.sync(f"{self.base}/reg")
         missing = [k for k in self.keys if admin.exists(k) is None]
         assert not missing, f"setup: {len(missing)} register keys not created"
+        # Every member holds every key before the clients start, and keys are never deleted:
+        # from here on, NoNode for a key from any member is a member serving lost state.
+        for m, hp in enumerate(self.hostports):
+            zk = make_client(hp)
+            try:
+                zk.sync(f"{self.base}/reg")
+                pending = [(k, zk.exists_async(k)) for k in self.keys]
+                lacking = [k for k, r in pending if r.get(timeout=30) is None]
+                assert not lacking, f"setup: member {m + 1} lacks {len(lacking)} register keys after sync"
+            finally:
+                close_client(zk)
 
     def start(self) -> None:
         self.t_start = time.monotonic()
@@ -313,6 +325,9 @@ class Registers(Workload):
                         zk.sync_async(key).get(timeout=t)
                     left = max(0.1, t - (time.monotonic() - rec.invoke))
                     data, st = zk.get_async(key).get(timeout=left)
+                except NoNodeError as e:
+                    h.complete(rec, "fail", error=err(e))
+                    self.missing.append(rec.describe())
                 except (KazooException, KazooTimeoutError) as e:
                     h.complete(rec, "fail", error=err(e))
                 else:
@@ -323,6 +338,9 @@ class Registers(Workload):
                 rec = h.invoke(proc, "pread", key, member=member)
                 try:
                     data, st = zk.get_async(key).get(timeout=t)
+                except NoNodeError as e:
+                    h.complete(rec, "fail", error=err(e))
+                    self.missing.append(rec.describe())
                 except (KazooException, KazooTimeoutError) as e:
                     h.complete(rec, "fail", error=err(e))
                 else:
@@ -342,7 +360,11 @@ class Registers(Workload):
                 except BadVersionError as e:
                     h.complete(rec, "fail", error=err(e), session=_same(sid, zk))
                 except (KazooException, KazooTimeoutError) as e:
+                    # NoNode too is recorded as in doubt (for the linearizability search it
+                    # is neither a BadVersion nor a success) and reported as missing-key.
                     h.complete(rec, "info", error=err(e))
+                    if isinstance(e, NoNodeError):
+                        self.missing.append(rec.describe())
                     gen += 1  # an in-doubt op: later ops belong to a new logical process
                 else:
                     h.complete(rec, "ok", {"version": st.version, "mzxid": st.mzxid}, session=_same(sid, zk))
@@ -359,6 +381,9 @@ class Registers(Workload):
                     try:
                         _quorum_barrier(zk, key, 30)
                         data, st = zk.get(key)
+                    except NoNodeError as e:
+                        self.history.complete(rec, "fail", error=err(e))
+                        self.missing.append(rec.describe())
                     except KazooException as e:
                         self.history.complete(rec, "fail", error=err(e))
                         self.errors.append(f"final read of {key} on member {m + 1}: {err(e)}")
@@ -408,8 +433,18 @@ class Registers(Workload):
         self.final_info["check_seconds"] = round(time.monotonic() - t0, 2)
         self.final_info["slowest_key"] = f"{slowest[1]} {slowest[0]:.2f}s"
         if unknown:
-            # Not an anomaly: the search ran out of time. Reported with the summary.
+            # The search ran out of time: no anomaly found, but none ruled out either, so the
+            # schedule cannot pass (a harness error, exit 2).
             self.final_info["unchecked_keys"] = unknown
+            self.errors.append(f"registers: linearizability not decided within {self.check_budget:.0f}s "
+                               f"for {len(unknown)} keys: {unknown[:5]}")
+        if self.missing:
+            out.append(anomaly(self.name, "missing-key",
+                               f"{len(self.missing)} ops found a register key missing (created on every "
+                               "member before the clients started, never deleted)", self.missing[:10]))
+        if not any(op.type == "qread" and op.final_outcome == "ok" and not op.process.startswith("final-")
+                   for op in ops):
+            self.errors.append("registers: not one quorum read succeeded during the faults: nothing was checked")
         out += self._check_sessions(ops)
         out += self._check_phantoms(ops)
         return out
@@ -524,6 +559,8 @@ def _quorum_barrier(zk: KazooClient, key: str, timeout: float) -> None:
     tx = zk.transaction()
     tx.check(key, -1)
     res = tx.commit_async().get(timeout=timeout)
+    if len(res) == 1 and isinstance(res[0], NoNodeError):
+        raise NoNodeError(f"quorum barrier: {key}")
     if not (len(res) == 1 and res[0] is True):
         raise KazooException(f"quorum barrier refused: {res}")
 
@@ -611,11 +648,38 @@ class SetAdds(Workload):
         if lost:
             out.append(anomaly(self.name, "lost", f"{len(lost)} acknowledged adds missing from the final set",
                                [f"{op.describe()} (final: {first.get(op.result['path'])!r})" for op in lost[:10]]))
+        out += self._check_order([op for op in adds if op.final_outcome == "ok"])
         infos = [op for op in adds if op.final_outcome == "info"]
         self.final_info["info_present"] = sum(1 for op in infos if op.args["value"] in seen)
         self.final_info["info_absent"] = len(infos) - self.final_info["info_present"]
         self.final_info["size"] = len(first)
         return out
+
+
+    def _check_order(self, acked: list[OpRecord]) -> list[dict]:
+        """Sequence numbers follow real time: an add acknowledged before another was sent has
+        the smaller number (the parent's counter only grows, in log order)."""
+        out = []
+        done = sorted(acked, key=lambda o: o.complete)
+        best, best_op, j = -1, None, 0
+        for op in sorted(acked, key=lambda o: o.invoke):
+            while j < len(done) and done[j].complete < op.invoke:
+                n = _seq(done[j].result["path"])
+                if n > best:
+                    best, best_op = n, done[j]
+                j += 1
+            if best_op is not None and _seq(op.result["path"]) <= best:
+                out.append(anomaly(self.name, "sequence-went-back",
+                                   f"an add got {op.result['path']} after another had been acknowledged with "
+                                   f"{best_op.result['path']}", [best_op.describe(), op.describe()]))
+                if len(out) >= 10:
+                    break
+        return out
+
+
+def _seq(path: str) -> int:
+    """The counter a sequential node's name ends in (ZooKeeper's 10 digits)."""
+    return int(path[-10:])
 
 
 # --------------------------------------------------------------------------------------------
@@ -626,6 +690,31 @@ class Locks(Workload):
     name = "locks"
     write_types = ("fenced-write",)
     op_types = ("fenced-write",)
+
+    def _check_holds(self, ok: list[OpRecord]) -> list[dict]:
+        """Fenced holders never overlap, even where their writes do not interleave: a client
+        sees itself holding with token t' only once its member shows every lower contender
+        node gone, and a member's state is a committed prefix, so those deletions are final;
+        a fenced write with token t < t' sent after that hold was seen must fail its check.
+        (Holds alone may overlap: a client on a lagging member can believe it still holds.
+        That is what the fencing token is for, so only the writes are checked.)"""
+        out = []
+        holds = [op for op in self.history.ops("hold") if op.final_outcome == "ok"]
+        done = sorted(holds, key=lambda o: o.complete)
+
+        best, best_op, j = -1, None, 0
+        for op in sorted(ok, key=lambda o: o.invoke):
+            while j < len(done) and done[j].complete < op.invoke:
+                if done[j].args["token"] > best:
+                    best, best_op = done[j].args["token"], done[j]
+                j += 1
+            if best_op is not None and op.args["token"] < best:
+                out.append(anomaly(self.name, "holders-overlap",
+                                   f"a write with token 0x{op.args['token']:x} succeeded after a holder with "
+                                   f"token 0x{best:x} had the lock", [best_op.describe(), op.describe()]))
+                if len(out) >= 10:
+                    break
+        return out
 
     def setup(self, admin: KazooClient) -> None:
         self.lock_path = f"{self.base}/lock"
@@ -752,15 +841,21 @@ class Locks(Workload):
         return None
 
     def final(self, hostports: list[str]) -> None:
-        zk = make_client(hostports[0])
-        try:
-            zk.sync(self.resource)
-            data, st = zk.get(self.resource)
-            self.final_info["resource"] = {"data": data.decode(), "version": st.version, "mzxid": st.mzxid}
-        except KazooException as e:
-            self.errors.append(f"final read of the lock resource: {err(e)}")
-        finally:
-            close_client(zk)
+        """The resource through every member, after a quorum barrier on each."""
+        views = {}
+        for m, hp in enumerate(hostports):
+            zk = make_client(hp)
+            try:
+                _quorum_barrier(zk, self.resource, 30)
+                data, st = zk.get(self.resource)
+                views[m] = {"data": data.decode(), "version": st.version, "mzxid": st.mzxid}
+            except (KazooException, KazooTimeoutError) as e:
+                self.errors.append(f"final read of the lock resource on member {m + 1}: {err(e)}")
+            finally:
+                close_client(zk)
+        if views:
+            self.final_info["resource"] = views[min(views)]
+            self.final_info["resource_views"] = views
 
     def check(self) -> list[dict]:
         out = []
@@ -780,9 +875,15 @@ class Locks(Workload):
             if b.result["version"] <= a.result["version"]:
                 out.append(anomaly(self.name, "version-order", "resource versions disagree with mzxid order",
                                    [a.describe(), b.describe()]))
+        out += self._check_holds(ok)
         fin = self.final_info.get("resource")
         if fin is None:
             return out + [anomaly(self.name, "no-final-read", "the resource could not be read at the end", [])]
+        views = self.final_info.get("resource_views") or {}
+        for m, v in sorted(views.items()):
+            if v != fin:
+                out.append(anomaly(self.name, "members-disagree", f"member {m + 1} ends with another resource "
+                                   f"than member {min(views) + 1}", [str(fin), str(v)]))
         if not (len(ok) <= fin["version"] <= len(ok) + len(info)):
             out.append(anomaly(self.name, "write-count",
                                f"the resource ends at version {fin['version']}, but {len(ok)} writes were "
@@ -998,7 +1099,7 @@ class Watches(Workload):
 
     def start(self) -> None:
         super().start()
-        self.order = {"changes_seen": 0, "violations": [], "sessions": 0}
+        self.order = {"changes_seen": 0, "violations": [], "stale_after_event": [], "sessions": 0}
         t = threading.Thread(target=self._order_guarded, name=f"{self.name}-wire", daemon=True)
         self.threads.append(t)
         t.start()
@@ -1043,6 +1144,11 @@ class Watches(Workload):
                             f"0x{mzxid:x} before the NodeDataChanged event of the watch set at mzxid 0x{armed:x}")
                     armed = None
                 elif fired:
+                    # The event came first, so the server read for this reply after the change
+                    # it announces: the reply must show it.
+                    self.order["stale_after_event"].append(
+                        f"session 0x{conn.session_id:x} on member {member + 1}: after the NodeDataChanged event "
+                        f"of the watch set at mzxid 0x{armed:x}, a read answered with mzxid 0x{mzxid:x}")
                     armed = None
                 self.halt.wait(0.005)
             except (OSError, ConnectionError, struct.error, IndexError) as e:
@@ -1127,6 +1233,7 @@ class Watches(Workload):
         super().stop()
         self.final_info["wire_order"] = {"changes_seen": self.order["changes_seen"],
                                          "violations": len(self.order["violations"]),
+                                         "stale_after_event": len(self.order["stale_after_event"]),
                                          "sessions": self.order["sessions"]}
 
     def check(self) -> list[dict]:
@@ -1141,10 +1248,19 @@ class Watches(Workload):
                                    f"watcher {c} (member {self.member_of(c) + 1}) never read the final write "
                                    f"(mzxid 0x{fin['mzxid']:x}) within 20 s; it last read {seen}",
                                    [op.describe() for op in reads[-3:]]))
-        violations = getattr(self, "order", {}).get("violations", [])
+        order = getattr(self, "order", {})
+        violations = order.get("violations", [])
         if violations:
             out.append(anomaly(self.name, "reply-before-event",
                                f"{len(violations)} replies showed a watched change before its event", violations[:5]))
+        stale = order.get("stale_after_event", [])
+        if stale:
+            out.append(anomaly(self.name, "stale-after-event",
+                               f"{len(stale)} replies after a watch event did not show the change", stale[:5]))
+        writes = sum(1 for op in self.history.ops("watch-write") if op.final_outcome == "ok")
+        if order and order.get("changes_seen", 0) == 0 and writes >= 20:
+            self.errors.append(f"watches: the wire watcher saw none of {writes} acknowledged changes "
+                               f"({order.get('sessions', 0)} sessions): its order was not checked")
         last: dict[tuple, object] = {}
         for op in self.history.ops("watch-read"):
             if op.final_outcome != "ok" or op.session is None:
