@@ -660,21 +660,27 @@ class SetAdds(Workload):
         """Sequence numbers follow real time: an add acknowledged before another was sent has
         the smaller number (the parent's counter only grows, in log order)."""
         out = []
-        done = sorted(acked, key=lambda o: o.complete)
-        best, best_op, j = -1, None, 0
-        for op in sorted(acked, key=lambda o: o.invoke):
-            while j < len(done) and done[j].complete < op.invoke:
-                n = _seq(done[j].result["path"])
-                if n > best:
-                    best, best_op = n, done[j]
-                j += 1
-            if best_op is not None and _seq(op.result["path"]) <= best:
+        for op, best_op in _greatest_done_before(acked, acked, lambda o: _seq(o.result["path"])):
+            if best_op is not None and _seq(op.result["path"]) <= _seq(best_op.result["path"]):
                 out.append(anomaly(self.name, "sequence-went-back",
                                    f"an add got {op.result['path']} after another had been acknowledged with "
                                    f"{best_op.result['path']}", [best_op.describe(), op.describe()]))
                 if len(out) >= 10:
                     break
         return out
+
+
+def _greatest_done_before(ops: list[OpRecord], earlier: list[OpRecord], value: Callable):
+    """Each of `ops` in invoke order, with the op of `earlier` of the greatest `value` among
+    those completed before it was invoked (None if none was)."""
+    done = sorted(earlier, key=lambda o: o.complete)
+    best_op, j = None, 0
+    for op in sorted(ops, key=lambda o: o.invoke):
+        while j < len(done) and done[j].complete < op.invoke:
+            if best_op is None or value(done[j]) > value(best_op):
+                best_op = done[j]
+            j += 1
+        yield op, best_op
 
 
 def _seq(path: str) -> int:
@@ -700,18 +706,11 @@ class Locks(Workload):
         That is what the fencing token is for, so only the writes are checked.)"""
         out = []
         holds = [op for op in self.history.ops("hold") if op.final_outcome == "ok"]
-        done = sorted(holds, key=lambda o: o.complete)
-
-        best, best_op, j = -1, None, 0
-        for op in sorted(ok, key=lambda o: o.invoke):
-            while j < len(done) and done[j].complete < op.invoke:
-                if done[j].args["token"] > best:
-                    best, best_op = done[j].args["token"], done[j]
-                j += 1
-            if best_op is not None and op.args["token"] < best:
+        for op, held in _greatest_done_before(ok, holds, lambda o: o.args["token"]):
+            if held is not None and op.args["token"] < held.args["token"]:
                 out.append(anomaly(self.name, "holders-overlap",
                                    f"a write with token 0x{op.args['token']:x} succeeded after a holder with "
-                                   f"token 0x{best:x} had the lock", [best_op.describe(), op.describe()]))
+                                   f"token 0x{held.args['token']:x} had the lock", [held.describe(), op.describe()]))
                 if len(out) >= 10:
                     break
         return out
