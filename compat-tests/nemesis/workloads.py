@@ -655,7 +655,6 @@ class SetAdds(Workload):
         self.final_info["size"] = len(first)
         return out
 
-
     def _check_order(self, acked: list[OpRecord]) -> list[dict]:
         """Sequence numbers follow real time: an add acknowledged before another was sent has
         the smaller number (the parent's counter only grows, in log order)."""

@@ -132,8 +132,7 @@ fn invalid(e: impl std::fmt::Display) -> std::io::Error {
 /// acknowledged meanwhile are the slow ones. Snapshots of 1,000,000 znodes under setData at
 /// half of capacity, 2 vCPUs, 6 rounds flat out against 3 paced: write p99 during snapshots
 /// 19.5 ms (12.0-45.6) vs 11.2 (11.2-12.4), p99.9 28.7 vs 18.4, the snapshot 0.7 s vs 2.8 s
-/// (docs/perf/pass-34.md, run AD). Imports, restores and tests
-/// write flat out (a pace of 0).
+/// (docs/perf/pass-34.md, run AD). Imports, restores and tests write flat out (a pace of 0).
 const BUILD_PACE: f64 = 3.0;
 
 /// Writes `file` into `w` (at its start): parted and compressed, resting `pace` times as long
