@@ -138,7 +138,7 @@ class Nemesis:
         self.ens, self.net = ens, net
         self.t0 = time.monotonic() if t0 is None else t0
         self.log = log
-        self.events: list[dict] = []  # {t, index, kind, action: start|end|heal, members, what}
+        self.events: list[dict] = []  # {t, index, kind, action: start|end|skip|heal, members, what}
         self.crashes: list[dict] = []  # members that exited on their own
         self._paused: set = set()
         self._killed: set = set()
@@ -214,6 +214,12 @@ class Nemesis:
                 self._event(f, "end", f"restarted member {i + 1}", [i])
             return end
         if f.kind == "pause":
+            if not self.ens.members[i].running:
+                # It exited by itself (recorded as a crash, an anomaly): nothing to freeze.
+                # A kill or a crash point restarts such a member; a pause leaves it down.
+                self.check_crashes()
+                self._event(f, "skip", f"SIGSTOP {who}: not running (it exited by itself)", [i])
+                return lambda: None
             self.ens.sigstop(i)
             self._paused.add(i)
             self._event(f, "start", f"SIGSTOP {who} for {f.duration:.2f}s", [i])
