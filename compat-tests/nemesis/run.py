@@ -182,9 +182,15 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
         for w in wls:
             w.stop()
         log(f"[{time.monotonic() - t0:7.2f}s] clients stopped; final reads and checks")
+        # Through every member still running: one that could not start again is already an
+        # anomaly (member-crash, not-stable), and must not leave the others' reads undone.
+        up = [hp if ens.members[i].running else None for i, hp in enumerate(ens.hostports)]
+        if None in up:
+            log(f"[{time.monotonic() - t0:7.2f}s] final reads skip members not running: "
+                f"{[i + 1 for i, hp in enumerate(up) if hp is None]}")
         for w in wls:
             try:
-                w.final(ens.hostports)
+                w.final(up)
             except Exception as e:  # noqa: BLE001
                 w.errors.append(f"{w.name} final: {workloads.err(e)}\n{traceback.format_exc()}")
         nem.check_crashes()  # a member that exited after the heal (settling, final reads)

@@ -120,6 +120,8 @@ def synced_listing(hostports: list[str], parent: str, read: Callable, keep: Call
     `read(zk, path)` an async read of one child and `keep` its value (None drops the child)."""
     views = {}
     for m, hp in enumerate(hostports):
+        if hp is None:  # a member that is not running (see run.py)
+            continue
         zk = make_client(hp)
         try:
             zk.sync(parent)
@@ -236,8 +238,10 @@ class Workload:
                     f"{fs.name}:{fs.lineno}" for fs in reversed(traceback.extract_stack(f)[-8:])))
         return out
 
-    def final(self, hostports: list[str]) -> None:
-        """After the heal, with the ensemble stable: the final reads the checks need."""
+    def final(self, hostports: list[str | None]) -> None:
+        """After the heal, with the ensemble stable: the final reads the checks need, through
+        every member whose host:port is given (None: a member not running, skipped; member
+        numbers are positions in the list)."""
 
     def check(self) -> list[dict]:
         raise NotImplementedError
@@ -374,6 +378,8 @@ class Registers(Workload):
         """Synced reads of every key used through every member, appended to the history."""
         used = sorted({op.key for op in self.history.ops() if op.type in self.op_types})
         for m, hp in enumerate(hostports):
+            if hp is None:
+                continue
             zk = make_client(hp)
             try:
                 for key in used:
@@ -842,6 +848,8 @@ class Locks(Workload):
         """The resource through every member, after a quorum barrier on each."""
         views = {}
         for m, hp in enumerate(hostports):
+            if hp is None:
+                continue
             zk = make_client(hp)
             try:
                 _quorum_barrier(zk, self.resource, 30)
@@ -1212,7 +1220,7 @@ class Watches(Workload):
 
     def final(self, hostports: list[str]) -> None:
         """A last write through a fresh session; then every watcher must read it."""
-        zk = make_client(hostports[0])
+        zk = make_client(next(hp for hp in hostports if hp is not None))
         value = f"final-{time.monotonic():.3f}"
         try:
             st = zk.set(self.key, value.encode())
