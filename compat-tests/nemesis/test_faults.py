@@ -30,7 +30,6 @@ class FakeEnsemble:
     def __init__(self):
         self.members = [DeadMember()]
         self.n = 1
-        self.stopped = []
 
     def sigstop(self, i):
         raise ProcessLookupError(3, "No such process")
