@@ -111,6 +111,8 @@ def main() -> int:
     ap.add_argument("--workload", default="set")
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--inflight", type=int, default=1)
+    ap.add_argument("--size", type=int, help="value bytes (warden-bench's default if not given)")
+    ap.add_argument("--keys", type=int, help="keys per client (warden-bench's default if not given)")
     ap.add_argument("--target", choices=["follower", "leader", "all"], default="follower")
     ap.add_argument("--standalone", action="store_true")
     ap.add_argument("--bench", default=str(REPO_ROOT / "target" / "release" / "warden-bench"))
@@ -143,7 +145,8 @@ def main() -> int:
         def bench(hostport: str, seconds: float) -> dict:
             out = subprocess.run(
                 [opts.bench, "--servers", hostport, "--workload", opts.workload, "--clients", str(opts.clients),
-                 "--inflight", str(opts.inflight), "--duration", str(seconds), "--json"],
+                 "--inflight", str(opts.inflight), "--duration", str(seconds), "--json"]
+                + (["--size", str(opts.size)] if opts.size else []) + (["--keys", str(opts.keys)] if opts.keys else []),
                 capture_output=True, text=True, check=True)
             return json.loads(out.stdout.strip().splitlines()[-1])
 

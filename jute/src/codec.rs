@@ -128,6 +128,36 @@ fn put_frame(dst: &mut BytesMut, body_len: usize, write: impl FnOnce(&mut BytesM
     dst[start..start + 4].copy_from_slice(&len.to_be_bytes());
 }
 
+/// A reply frame cut where its one large field sits: the bytes before the field's data, the
+/// data itself (shared, not copied), and the bytes after it. Concatenated they are exactly
+/// what [`ServerCodec`] writes for the same reply, so a server can send a large value from
+/// the buffer that holds it instead of copying it into its write buffer first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitFrame {
+    /// The length prefix, the header and everything of the body before the data (the data's
+    /// own length included).
+    pub head: Bytes,
+    /// The data.
+    pub data: Bytes,
+    /// The rest of the body.
+    pub tail: Bytes,
+}
+
+/// Cuts a `getData` reply whose data holds at least `at_least` bytes (see [`SplitFrame`]);
+/// `None` for any other reply, which is written whole.
+pub fn split_reply(header: &ReplyHeader, response: &Response, at_least: usize) -> Option<SplitFrame> {
+    let Response::GetData(r) = response else { return None };
+    let data = r.data.as_ref().filter(|d| d.len() >= at_least)?;
+    let body_len = response.encoded_len();
+    let mut head = BytesMut::with_capacity(4 + 16 + 4);
+    head.put_i32(i32::try_from(16 + body_len).ok()?);
+    header.encode_field(&mut head);
+    head.put_i32(i32::try_from(data.len()).ok()?);
+    let mut tail = BytesMut::with_capacity(body_len - 4 - data.len());
+    r.stat.encode_field(&mut tail);
+    Some(SplitFrame { head: head.freeze(), data: data.clone(), tail: tail.freeze() })
+}
+
 /// What a client sent, as the server sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientMessage {
@@ -356,6 +386,26 @@ impl Encoder<ClientOutgoing> for ClientCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_reply_concatenates_to_the_whole_frame() {
+        let header = ReplyHeader { xid: 7, zxid: 0x1_0000_0002, err: 0 };
+        let stat = crate::proto::Stat { czxid: 3, mzxid: 4, version: 5, data_length: 9000, ..Default::default() };
+        let data = Bytes::from(vec![0xab; 9000]);
+        let response =
+            Response::GetData(crate::proto::GetDataResponse { data: Some(data.clone()), stat: stat.clone() });
+        let mut whole = BytesMut::new();
+        ServerCodec::default()
+            .encode(ServerMessage::Reply { header: header.clone(), response: response.clone() }, &mut whole)
+            .expect("encodes");
+        let parts = split_reply(&header, &response, 4096).expect("large enough to split");
+        assert_eq!(parts.data.as_ptr(), data.as_ptr(), "the data is shared, not copied");
+        assert_eq!([&parts.head[..], &parts.data[..], &parts.tail[..]].concat(), whole.to_vec());
+        assert!(split_reply(&header, &response, 9001).is_none());
+        let small = Response::GetData(crate::proto::GetDataResponse { data: None, stat });
+        assert!(split_reply(&header, &small, 0).is_none());
+        assert!(split_reply(&header, &Response::Empty, 0).is_none());
+    }
 
     #[test]
     fn oversized_frame_is_refused_before_allocating() {

@@ -637,7 +637,7 @@ impl DataTree {
     /// `getData`.
     pub fn get_data(&self, path: &str, ids: &[AuthId]) -> Result<(Option<Bytes>, Stat), TreeError> {
         let node = self.read_node(path, jute::perms::READ, ids)?;
-        Ok((node.data().map(Bytes::copy_from_slice), node.stat()))
+        Ok((node.data_bytes(), node.stat()))
     }
 
     /// `getChildren`/`getChildren2`: children in name order, and the parent's Stat.

@@ -252,7 +252,7 @@ impl Entry {
     /// The Stat, ACL and data, from one reading of the layout (every read goes through here).
     pub(super) fn view(&self) -> NodeRef<'_> {
         let l = self.layout();
-        NodeRef { stat: self.stat_at(&l), acl: self.acl(), data: self.data_at(&l) }
+        NodeRef { stat: self.stat_at(&l), acl: self.acl(), data: self.data_at(&l), entry: self }
     }
 
     pub(super) fn node(&self) -> Node {
@@ -305,17 +305,57 @@ impl std::fmt::Debug for Entry {
 }
 
 /// A node in the map: its Stat (decoded from the entry), its ACL and its data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct NodeRef<'a> {
     pub stat: NodeStat,
     pub acl: &'a SharedAcl,
     data: Option<&'a [u8]>,
+    /// The entry the view reads, so the data can be lent out without a copy.
+    entry: &'a Entry,
+}
+
+impl PartialEq for NodeRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.stat, self.acl, self.data) == (other.stat, other.acl, other.data)
+    }
+}
+
+impl Eq for NodeRef<'_> {}
+
+/// Data at least this long is lent out of the tree by [`NodeRef::data_bytes`] rather than
+/// copied: a 512 KiB getData then costs a reference count, not a copy of the value (the
+/// reply's encoding still copies it once). Below it a copy is as cheap as the shared handle
+/// `Bytes::from_owner` allocates, and leaves the node free to be changed in place.
+pub const LEND_AT: usize = 4096;
+
+/// A node's data held by a clone of its entry: keeps the whole entry alive (and, while it
+/// lives, makes a change to the node copy it rather than change it in place).
+struct LentData {
+    entry: Entry,
+    start: usize,
+}
+
+impl AsRef<[u8]> for LentData {
+    fn as_ref(&self) -> &[u8] {
+        self.entry.bytes().get(self.start..).unwrap_or_default()
+    }
 }
 
 impl<'a> NodeRef<'a> {
     /// The data (`None` when null).
     pub fn data(&self) -> Option<&'a [u8]> {
         self.data
+    }
+
+    /// The data as `Bytes` for a reply: lent out of the tree when it is large (see
+    /// [`LEND_AT`]), copied when it is small.
+    pub fn data_bytes(&self) -> Option<bytes::Bytes> {
+        let data = self.data?;
+        if data.len() < LEND_AT {
+            return Some(bytes::Bytes::copy_from_slice(data));
+        }
+        let start = self.entry.bytes().len() - data.len();
+        Some(bytes::Bytes::from_owner(LentData { entry: self.entry.clone(), start }))
     }
 
     /// The client-visible `Stat`.
