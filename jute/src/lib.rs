@@ -11,6 +11,7 @@
 //! # Layout
 //! - [`primitives`]: jute `int`, `long`, `boolean`, `buffer`, `ustring`, `vector` (nom parsers
 //!   over a complete frame, `BufMut` writers; `-1` lengths are null).
+//! - [`names`]: [`Names`], a `vector<ustring>` of child names kept as its encoded bytes.
 //! - [`record`]: the [`Record`] trait and the macro generating decode and encode from one field
 //!   list.
 //! - [`proto`]: every `zookeeper.jute` class the client protocol uses; [`txn`]: the classes of
@@ -28,6 +29,7 @@
 pub mod codec;
 pub mod consts;
 pub mod error;
+pub mod names;
 pub mod primitives;
 pub mod proto;
 pub mod record;
@@ -61,6 +63,8 @@ pub use consts::UnknownValue;
 pub use consts::WatcherType;
 pub use error::DecodeError;
 pub use error::DecodeErrorKind;
+pub use names::Names;
+pub use names::NamesBuilder;
 pub use proto::*;
 pub use record::decode_prefix;
 pub use record::JuteField;

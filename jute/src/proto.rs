@@ -285,7 +285,7 @@ jute_record! {
 
     /// `GetChildrenResponse`.
     pub struct GetChildrenResponse("GetChildrenResponse") {
-        children: Vec<String>,
+        children: crate::names::Names,
     }
 
     /// `GetAllChildrenNumberResponse`.
@@ -295,7 +295,7 @@ jute_record! {
 
     /// `GetChildren2Response`.
     pub struct GetChildren2Response("GetChildren2Response") {
-        children: Vec<String>,
+        children: crate::names::Names,
         stat: Stat,
     }
 

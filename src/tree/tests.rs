@@ -226,7 +226,7 @@ fn children_and_descendants_from_the_map() {
         zxid += 1;
         assert!(t.apply(zxid, &txn(0, create(p, 0))).0.is_ok(), "{p}");
     }
-    let names = |t: &DataTree, p: &str| t.get_children(p, &[]).unwrap().0;
+    let names = |t: &DataTree, p: &str| t.get_children(p, &[]).unwrap().0.to_vec();
     assert_eq!(names(&t, "/"), ["a", "ab", "b", "zookeeper"]);
     assert_eq!(names(&t, ""), ["a", "ab", "b", "zookeeper"]);
     assert_eq!(names(&t, "/a"), ["b", "b2", "c"]);

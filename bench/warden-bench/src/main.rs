@@ -289,7 +289,7 @@ async fn lock_loop(
         loop {
             let list = Request::GetChildren(jute::GetChildrenRequest { path: dir.to_owned(), watch: false });
             let mut names = match call_full(conn, xid, list, &mut events).await? {
-                (0, jute::Response::GetChildren(r)) => r.children,
+                (0, jute::Response::GetChildren(r)) => r.children.to_vec(),
                 (err, _) => return Err(BenchError::Protocol(format!("getChildren of the lock dir: error {err}"))),
             };
             names.sort_by_key(|n| sequence_of(n));

@@ -214,6 +214,12 @@ impl Entry {
         &self.0.slice
     }
 
+    /// The first byte of the entry's bytes: reading it brings the entry's first cache line
+    /// in (see `NodeMap::push_children`).
+    pub(super) fn first_byte(&self) -> u8 {
+        self.bytes().first().copied().unwrap_or(0)
+    }
+
     pub(super) fn layout(&self) -> Layout {
         Layout::of(self.bytes())
     }

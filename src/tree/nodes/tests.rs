@@ -259,6 +259,10 @@ proptest::proptest! {
                 if !want.is_empty() || below == 0 {
                     proptest::prop_assert_eq!(snap.descendants(parent), below);
                 }
+                let mut pushed = jute::NamesBuilder::default();
+                snap.push_children(parent, &mut pushed);
+                let pushed = pushed.finish();
+                proptest::prop_assert_eq!(pushed.iter().collect::<Vec<_>>(), want.clone());
                 proptest::prop_assert_eq!(names, want);
             }
         }
@@ -392,4 +396,32 @@ fn batches_by_bytes_and_out_of_order() {
     let mut longer = parts[0].clone();
     longer.push(0);
     assert!(NodeMap::decode_batch(&longer).is_err());
+}
+
+/// `push_children` lists what `children` does for parents whose children span many chunks,
+/// start anywhere in a chunk, or are none, beside siblings that have children of their own.
+#[test]
+fn push_children_lists_every_child_across_chunks() {
+    let mut map = NodeMap::default();
+    insert(&mut map, "/", 1);
+    let mut zxid = 2;
+    for (parent, n) in [("/p0", 3), ("/p1", 1000), ("/p10", 0), ("/p2", 65), ("/p3", 64)] {
+        insert(&mut map, parent, zxid);
+        zxid += 1;
+        for i in 0..n {
+            insert(&mut map, &format!("{parent}/c{i:04}"), zxid);
+            zxid += 1;
+        }
+    }
+    insert(&mut map, "/p1/c0001/grandchild", zxid);
+    for parent in ["/", "/p0", "/p1", "/p10", "/p2", "/p3", "/p4", "/p1/c0001"] {
+        let mut pushed = jute::NamesBuilder::default();
+        map.push_children(parent, &mut pushed);
+        let pushed = pushed.finish();
+        let want: Vec<&str> = map.children(parent).collect();
+        assert_eq!(pushed.iter().collect::<Vec<_>>(), want, "{parent}");
+    }
+    let mut p1 = jute::NamesBuilder::default();
+    map.push_children("/p1", &mut p1);
+    assert_eq!(p1.finish().len(), 1000);
 }
