@@ -329,10 +329,11 @@ impl PartialEq for NodeRef<'_> {
 impl Eq for NodeRef<'_> {}
 
 /// Data at least this long is lent out of the tree by [`NodeRef::data_bytes`] rather than
-/// copied: a 512 KiB getData then costs a reference count, not a copy of the value (the
-/// reply's encoding still copies it once). Below it a copy is as cheap as the shared handle
-/// `Bytes::from_owner` allocates, and leaves the node free to be changed in place.
-pub const LEND_AT: usize = 4096;
+/// copied: a 512 KiB getData then costs a reference count, not a copy of the value (and from
+/// 64 KiB on the connection writes it to the socket from there, see `client::connection`).
+/// Below it a copy is as cheap as the shared handle `Bytes::from_owner` allocates, and leaves
+/// the node free to be changed in place.
+const LEND_AT: usize = 4096;
 
 /// A node's data held by a clone of its entry: keeps the whole entry alive (and, while it
 /// lives, makes a change to the node copy it rather than change it in place).

@@ -412,7 +412,8 @@ impl NodeMap {
             }
             std::hint::black_box(run.iter().fold(0u8, |acc, e| acc ^ e.first_byte()));
             // Keys sort, so when a run's last key has the prefix every key before it in the
-            // run does (the first is at or past the prefix): one comparison per chunk.
+            // run does (the first is at or past the prefix): one comparison per chunk. When it
+            // does not, the walk ends inside this run.
             let all = run.last().is_some_and(|e| e.key_bytes().starts_with(prefix));
             for e in run {
                 let key = e.key_bytes();
@@ -425,9 +426,6 @@ impl NodeMap {
                 if !name.contains(&b'/') {
                     out.push_bytes(name);
                 }
-            }
-            if !all {
-                return;
             }
         }
     }
