@@ -144,6 +144,8 @@ class Nemesis:
         self._killed: set = set()
         self._crash_seen: set = set()
         self._removed: dict = {}  # member index -> its server line, while reconfig removed it
+        # member index -> monotonic time its disk came back while it still ran (see check_crashes)
+        self._disk_back: dict = {}
 
     # -- helpers -------------------------------------------------------------------------
     def now(self) -> float:
@@ -172,10 +174,31 @@ class Nemesis:
             if i in self._killed or i in self._crash_seen or m.proc is None:
                 continue
             if m.proc.poll() is not None:
+                if self._exit_from_disk_fault(i, m):
+                    continue
                 self._crash_seen.add(i)
                 self.crashes.append({"t": round(self.now(), 3), "member": i + 1, "code": m.proc.returncode,
                                      "log": m.describe_log(60)})
                 self.log(f"[{self.now():7.2f}s] member {i + 1} EXITED BY ITSELF with code {m.proc.returncode}")
+
+    def _exit_from_disk_fault(self, i: int, m) -> bool:
+        """Whether member i's exit is the disk fault's doing (then it is restarted, as the
+        fault's end would have done): a write that entered the kernel while the disk was full
+        or failing can return its error (ext4 retries an allocation after a journal commit
+        first) just after the disk came back, and the member exits on it a moment later, past
+        the fault's end. Only within DISK_ERROR_GRACE of the end, and only when the member's
+        log names a disk error; any other exit stays a crash."""
+        back = self._disk_back.pop(i, None)
+        if back is None or time.monotonic() - back > DISK_ERROR_GRACE:
+            return False
+        tail = m.describe_log(60)
+        if not any(mark in tail for mark in DISK_ERROR_MARKS):
+            return False
+        code = m.proc.returncode
+        self.ens.start(i, wait=False)
+        self._event(None, "end", f"member {i + 1} exited (code {code}) {time.monotonic() - back:.2f}s after its "
+                                 f"disk came back, on an error of the fault: restarted", [i], kind="diskerror-late")
+        return True
 
     def _sleep_until(self, t_end: float, deadline: float) -> None:
         """Sleep until schedule time t_end (not past the absolute deadline), checking for crashes."""
@@ -203,6 +226,7 @@ class Nemesis:
         leader = self.leader()
         perm, who = self._pick(f, leader)
         i = perm[0]
+        self._disk_back.pop(i, None)  # a fault of its own now: a later exit is judged by it
         if f.kind == "kill":
             self._killed.add(i)
             self.ens.kill(i)
@@ -279,6 +303,8 @@ class Nemesis:
                 code = m.proc.returncode if died and m.proc is not None else None
                 if died:
                     self.ens.start(i, wait=False)
+                else:
+                    self._disk_back[i] = time.monotonic()
                 self._killed.discard(i)
                 self._event(f, "end", f"member {i + 1}'s disk back; it "
                                       + (f"had exited (code {code}): restarted" if died else "kept running"), [i])
@@ -418,6 +444,7 @@ class Nemesis:
                 self.ens.start(i, wait=False)
                 self._crash_seen.discard(i)  # a new process: its own exit would be news
         self._killed.clear()
+        self._disk_back.clear()
         for i in sorted(self._removed):
             ok, why = self._reconfig(i, leaving=False, timeout=60.0)
             if ok:
@@ -461,6 +488,11 @@ def _m(members) -> str:
 
 
 FILLER = ".nemesis-filler"
+# How long after a disk fault ends a member's exit on a disk error is still the fault's doing
+# (see Nemesis._exit_from_disk_fault), and what in its log says it was a disk error.
+DISK_ERROR_GRACE = 2.0
+DISK_ERROR_MARKS = ("No space left on device", "os error 28", "Input/output error", "os error 5",
+                    "SyncFailedException")
 
 
 def fill(path) -> None:

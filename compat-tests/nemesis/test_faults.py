@@ -45,3 +45,76 @@ def test_a_pause_of_a_member_that_exited_by_itself_is_skipped_and_the_exit_recor
     assert [c["member"] for c in nem.crashes] == [1]
     assert [e["action"] for e in nem.events] == ["skip"]
     assert faults.summarise(nem.events) == {}
+
+
+class Proc:
+    def __init__(self):
+        self.returncode = None
+
+    def poll(self):
+        return self.returncode
+
+
+class DiskMember:
+    """A member whose process runs until the test makes it exit, with a log tail it sets."""
+
+    def __init__(self, base_dir):
+        self.base_dir = base_dir
+        self.proc = Proc()
+        self.log_tail = ""
+        self.starts = 0
+
+    @property
+    def running(self):
+        return self.proc.returncode is None
+
+    def describe_log(self, n):
+        return self.log_tail
+
+
+class DiskEnsemble:
+    def __init__(self, base_dir):
+        self.members = [DiskMember(base_dir)]
+        self.n = 1
+
+    def start(self, i, wait=True):
+        m = self.members[i]
+        m.proc = Proc()
+        m.starts += 1
+
+
+def _eio_fault_then_exit(tmp_path, log_tail, after=0.0):
+    ens = DiskEnsemble(tmp_path)
+    nem = faults.Nemesis(ens, net=None, log=lambda _line: None)
+    nem.leader = lambda: None
+    f = faults.Fault(index=1, kind="eio", target="random", perm=[0], draw=0.5, at=1.0, duration=2.0, gap=1.0)
+    end = nem.start(f)
+    end()  # the member still runs when its disk comes back
+    if after:
+        nem._disk_back[0] -= after  # as if that long ago
+    m = ens.members[0]
+    m.log_tail, m.proc.returncode = log_tail, 1  # ... and exits now
+    nem.check_crashes()
+    return nem, m
+
+
+def test_an_exit_on_the_disk_error_just_after_the_fault_ended_is_the_faults_and_is_restarted(tmp_path):
+    tail = "ERROR raft stopped on a storage error: snapshot: No space left on device (os error 28)"
+    nem, m = _eio_fault_then_exit(tmp_path, tail)
+    assert nem.crashes == []
+    assert m.starts == 1 and m.running
+    assert [e["kind"] for e in nem.events][-1] == "diskerror-late"
+    assert faults.summarise(nem.events) == {"eio": 1}
+
+
+def test_an_exit_without_a_disk_error_after_the_fault_is_a_crash(tmp_path):
+    nem, m = _eio_fault_then_exit(tmp_path, "thread 'main' panicked at src/tree/mod.rs")
+    assert [c["member"] for c in nem.crashes] == [1]
+    assert m.starts == 0
+
+
+def test_an_exit_on_a_disk_error_long_after_the_fault_is_a_crash(tmp_path):
+    tail = "ERROR raft stopped on a storage error: No space left on device (os error 28)"
+    nem, m = _eio_fault_then_exit(tmp_path, tail, after=faults.DISK_ERROR_GRACE + 1.0)
+    assert [c["member"] for c in nem.crashes] == [1]
+    assert m.starts == 0
