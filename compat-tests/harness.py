@@ -442,6 +442,35 @@ def slow_disk(monkeypatch, tmp_path, ms: int) -> None:
     monkeypatch.setenv("SLOWSYNC_MS", str(ms))
 
 
+# libfaketime (Debian's `libfaketime`), the thread-safe build: moves a process's wall clock
+# (CLOCK_REALTIME, gettimeofday, time) by what a control file says, and leaves its monotonic
+# clocks alone, as a real clock step (an NTP step, an operator's `date -s`) does.
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def clock_shim(monkeypatch, control_file: str) -> None:
+    """Preload libfaketime into servers started from now on in this test (skipped without
+    it); each reads its clock offset (`+0`, `+7200`, `-3600`: seconds) from `control_file`
+    (relative: each server's own directory), re-read at most once a second. Composes with
+    disk_shim (both preloaded)."""
+    import pytest
+
+    if not os.path.exists(FAKETIME_LIB):
+        pytest.skip(f"libfaketime is needed to move a server's clock ({FAKETIME_LIB}; compat-tests/install.sh)")
+    pre = os.environ.get("LD_PRELOAD")
+    monkeypatch.setenv("LD_PRELOAD", f"{pre}:{FAKETIME_LIB}" if pre else FAKETIME_LIB)
+    monkeypatch.setenv("FAKETIME_TIMESTAMP_FILE", control_file)
+    monkeypatch.setenv("FAKETIME_CACHE_DURATION", "1")
+    monkeypatch.setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+
+
+def set_clock(path: str, offset_s: int) -> None:
+    """Writes a libfaketime control file: the clock `offset_s` seconds from the real one."""
+    with open(f"{path}.tmp", "w") as f:
+        f.write(f"{offset_s:+d}\n")
+    os.replace(f"{path}.tmp", path)
+
+
 def wait_until(cond, timeout: float, what: str, interval: float = 0.05):
     """Poll cond() until it returns something truthy (returned); AssertionError after timeout s."""
     deadline = time.monotonic() + timeout

@@ -25,6 +25,7 @@ APT_PACKAGES=(
   libkrb5-dev             # krb5-config + headers: Warden's `kerberos` feature and pip's `kerberos` build on it
   libclang-dev            # bindgen, which generates libgssapi-sys's bindings for the `kerberos` feature
   gcc                     # builds compat-tests/slowsync.c, the slow-disk shim
+  libfaketime             # moves one server's wall clock (test_clock_jump.py, the nemesis's clock faults)
 )
 # kazoo is pinned: its upstream tests (kazoo/tests) are run by this suite and
 # the list of excluded cases in test_kazoo_upstream.py is for this version.

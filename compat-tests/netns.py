@@ -107,13 +107,26 @@ class Net:
     # Set by the nemesis before members start, for the disk faults: the slow-disk shim
     # (compat-tests/slowsync.c, built), preloaded into every member.
     slowsync_shim: str | None = None
+    # Set by the nemesis before members start, for the clock faults: the name of the file in
+    # each member's directory from which libfaketime (harness.FAKETIME_LIB) reads its offset.
+    faketime_file: str | None = None
 
     def member_env(self, base_dir) -> dict[str, str]:
-        """Environment for a member whose files are in `base_dir`: the shim, and the file the
-        nemesis writes to slow the member's disk (ms added to each fsync)."""
-        if not self.slowsync_shim:
-            return {}
-        return {"LD_PRELOAD": self.slowsync_shim, "SLOWSYNC_FILE": os.path.join(str(base_dir), "slowsync_ms")}
+        """Environment for a member whose files are in `base_dir`: the disk shim and the file the
+        nemesis writes to slow the member's disk (ms added to each fsync); libfaketime and the
+        file that moves its wall clock."""
+        env: dict[str, str] = {}
+        preload = []
+        if self.slowsync_shim:
+            preload.append(self.slowsync_shim)
+            env["SLOWSYNC_FILE"] = os.path.join(str(base_dir), "slowsync_ms")
+        if self.faketime_file:
+            preload.append(harness.FAKETIME_LIB)
+            env.update({"FAKETIME_TIMESTAMP_FILE": os.path.join(str(base_dir), self.faketime_file),
+                        "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+        if preload:
+            env["LD_PRELOAD"] = ":".join(preload)
+        return env
 
     # -- faults ------------------------------------------------------------
     def cut(self, src: int, dst: int) -> None:

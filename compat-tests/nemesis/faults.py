@@ -31,10 +31,17 @@ time, each lasting a random few seconds and followed by a quiet gap:
              line, when the fault ends; it keeps running meanwhile (ZooKeeper serves on as a
              non-voting follower, Warden stops serving). A reconfig whose answer is lost is
              looked up in /zookeeper/config. Needs `use_dynamic_files` before the start
-  (no clock jumps: libfaketime, the one tool that moves one process's wall clock, makes
-  the sleeps of a process whose offset changes while it runs fail with EINVAL, and a time
-  namespace cannot move CLOCK_REALTIME; Warden reads the wall clock only to stamp
-  ctime/mtime and TTL deadlines, which no workload checks)
+  clockjump  (Warden only) a member's wall clock (random or the leader's) steps forward or
+             back by 1 s to 2 h (log-uniform, the direction drawn) and steps back to the real
+             time when the fault ends; its monotonic clock runs on, as with an NTP step or
+             `date -s`. Every member runs with libfaketime preloaded (harness.clock_shim), which
+             reads the offset from a file the nemesis writes (re-read within a second)
+  clockstrobe (Warden only) a member's wall clock flips between the real time and an offset
+             (as clockjump's) about every second while the fault lasts
+  (ZooKeeper gets no clock faults: under libfaketime a JVM's timed waits break (its
+  Object.wait(500) returned at once once the offset moved, and a leader two hours ahead
+  stopped pinging its followers), which a real clock step does not do to a JVM; a time
+  namespace cannot move CLOCK_REALTIME)
   (heal)     every partition ends when its fault ends; `heal_all()` at the end also resumes
              every frozen member and restarts every dead one
 
@@ -60,6 +67,7 @@ import time
 from typing import Callable, Optional
 
 import ensemble
+import harness
 
 CATEGORIES = {
     "kill": ("kill",),
@@ -69,6 +77,7 @@ CATEGORIES = {
     "diskerror": ("fulldisk", "eio"),
     "membership": ("reconfig",),
     "failpoint": ("crashpoint",),
+    "clock": ("clockjump", "clockstrobe"),
 }
 
 # Warden's crash points (src/failpoint.rs).
@@ -181,6 +190,69 @@ class Nemesis:
                                      "log": m.describe_log(60)})
                 self.log(f"[{self.now():7.2f}s] member {i + 1} EXITED BY ITSELF with code {m.proc.returncode}")
 
+    def _clock(self, f: Fault, i: int, who: str) -> Callable[[], None]:
+        """clockjump / clockstrobe on member i (see the module's doc)."""
+        offset = clock_offset(f.draw)
+        path = clock_file(self.ens.members[i])
+        import threading
+        if f.kind == "clockjump":
+            set_clock(path, offset)
+            self._event(f, "start", f"step the wall clock of {who} {offset:+d}s for {f.duration:.2f}s", [i])
+            probe = threading.Thread(target=self._probe_clock, args=(f, i, offset, f.duration), daemon=True)
+            probe.start()
+
+            def end():
+                probe.join()
+                set_clock(path, 0)
+                self._event(f, "end", f"member {i + 1}'s wall clock back to the real time", [i])
+            return end
+        stop = threading.Event()
+
+        def strobe():
+            on = False
+            while not stop.wait(1.0):
+                on = not on
+                set_clock(path, offset if on else 0)
+        t = threading.Thread(target=strobe, name=f"clockstrobe-{i + 1}", daemon=True)
+        t.start()
+        self._event(f, "start", f"flip the wall clock of {who} between the real time and {offset:+d}s "
+                                f"every second for {f.duration:.2f}s", [i])
+
+        def end():
+            stop.set()
+            t.join()
+            set_clock(path, 0)
+            self._event(f, "end", f"member {i + 1}'s wall clock back to the real time", [i])
+        return end
+
+    def _probe_clock(self, f: Fault, i: int, offset: int, within: float) -> None:
+        """Shows that member i's clock moved: a write through it (which it stamps) whose mtime
+        is `offset` from this machine's clock, within `within` s; logged either way."""
+        from workloads import make_client  # (kazoo is loaded only when a clock fault runs)
+        deadline = time.monotonic() + within
+        seen = None
+        c = None
+        try:
+            c = make_client(self.ens.members[i].hostport, start_timeout=max(0.5, within))
+            c.ensure_path(CLOCK_PROBE)
+            while time.monotonic() < deadline:
+                seen = c.set(CLOCK_PROBE, b"").mtime / 1000.0 - time.time()
+                if abs(seen - offset) < 3:
+                    break
+                time.sleep(0.2)
+        except Exception:  # noqa: BLE001  (a member that cannot take the write now: unobserved)
+            pass
+        finally:
+            if c is not None:
+                try:
+                    c.stop()
+                    c.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        what = ("not observed (no write through it in time)" if seen is None
+                else f"a write through it was stamped {seen:+.1f}s from the real time")
+        self._event(f, "observe", f"member {i + 1}'s clock: {what}", [i])
+
     def _exit_from_disk_fault(self, i: int, m) -> bool:
         """Whether member i's exit is the disk fault's doing (then it is restarted, as the
         fault's end would have done): a write that entered the kernel while the disk was full
@@ -253,6 +325,8 @@ class Nemesis:
                 self._paused.discard(i)
                 self._event(f, "end", f"SIGCONT member {i + 1}", [i])
             return end
+        if f.kind in ("clockjump", "clockstrobe"):
+            return self._clock(f, i, who)
         if f.kind == "crashpoint":
             point = CRASH_POINTS[int(f.draw * len(CRASH_POINTS))]
             m = self.ens.members[i]
@@ -436,6 +510,8 @@ class Nemesis:
             if (m.base_dir / "slowsync_ms").exists():
                 _write(m.base_dir / "slowsync_ms", "0")
             unfill(m.data_dir)
+            if os.path.exists(clock_file(m)):
+                set_clock(clock_file(m), 0)
         for i in sorted(self._paused):
             self.ens.sigcont(i)
         self._paused.clear()
@@ -473,6 +549,26 @@ def use_dynamic_files(ens) -> None:
                 m.extra_cfg[key] = None
         m.extra_cfg["dynamicConfigFile"] = path
         m._write_config()
+
+
+def clock_offset(draw: float) -> int:
+    """A clock fault's step from its draw: below 0.5 forward, else back; 1 s to 2 h,
+    log-uniform over the half's range."""
+    half = draw * 2 if draw < 0.5 else (draw - 0.5) * 2
+    secs = int(round(7200 ** half))
+    return max(1, secs) * (1 if draw < 0.5 else -1)
+
+
+def clock_file(member) -> str:
+    """The libfaketime control file of a member (in its own directory; see netns.Net)."""
+    return str(member.base_dir / CLOCK_FILE)
+
+
+CLOCK_FILE = "faketime"
+CLOCK_PROBE = "/nemesis-clock-probe"
+
+
+set_clock = harness.set_clock
 
 
 def _write(path, value: str) -> None:

@@ -7,7 +7,7 @@ members, each in its own network namespace; the workloads' clients; the faults; 
 the final reads; the checks; the clean-up, also on failure) and the summaries.
 
     python3 compat-tests/nemesis/run.py --server warden|zookeeper --members 3 --schedules N \\
-        --seconds S --seed SEED [--faults kill,pause,partition[,disk,diskerror,membership,failpoint]] [--workloads registers,set,locks] \\
+        --seconds S --seed SEED [--faults kill,pause,partition[,disk,diskerror,membership,failpoint,clock]] [--workloads registers,set,locks] \\
         [--clients registers=5,set=3,locks=4] [--cfg snapCount=100 ...] --json OUT
 
 Schedule i uses seed SEED+i (replay one with --seed SEED+i --schedules 1). For each schedule
@@ -109,6 +109,8 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
     net = netns.Net(members)
     if "disk" in categories or "diskerror" in categories:
         net.slowsync_shim = slowsync_shim()
+    if "clock" in categories:
+        net.faketime_file = faults.CLOCK_FILE
     ens = None
     disks = None
     wls: list = []
@@ -119,6 +121,9 @@ def run_schedule(kind: str, members: int, seconds: float, seed: int, categories,
         ens = netns.NetEnsemble(net, members, kind=kind, name=f"nem{seed % 100000}", extra_cfg=cfg or {})
         if "membership" in categories:
             faults.use_dynamic_files(ens)
+        if "clock" in categories:
+            for m in ens.members:
+                faults.set_clock(faults.clock_file(m), 0)
         if "diskerror" in categories:
             import tempfile
             disks = faults.LoopDisks(ens, tempfile.mkdtemp(prefix="nemesis-disks-"))
@@ -348,6 +353,11 @@ def run(kind: str, members: int, schedules: int, seconds: float, seed: int, cate
         raise RuntimeError(f"the nemesis needs network namespaces: {why}")
     if "failpoint" in categories and kind != "warden":
         raise RuntimeError("crash points are Warden's (a build with the `failpoints` feature)")
+    if "clock" in categories and kind != "warden":
+        raise RuntimeError("clock faults are Warden's: under libfaketime a JVM's timed waits break "
+                           "(see faults.py), which a real clock step does not do")
+    if "clock" in categories and not os.path.exists(harness.FAKETIME_LIB):
+        raise RuntimeError(f"the clock faults need libfaketime ({harness.FAKETIME_LIB}; compat-tests/install.sh)")
     if "failpoint" in categories:
         # Snapshots often, and a short log kept after them, so the snapshot write and install
         # points are passed too (a restarted member far enough behind gets a snapshot).

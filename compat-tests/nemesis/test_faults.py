@@ -118,3 +118,23 @@ def test_an_exit_on_a_disk_error_long_after_the_fault_is_a_crash(tmp_path):
     nem, m = _eio_fault_then_exit(tmp_path, tail, after=faults.DISK_ERROR_GRACE + 1.0)
     assert [c["member"] for c in nem.crashes] == [1]
     assert m.starts == 0
+
+
+def test_clock_offsets_go_both_ways_from_a_second_to_two_hours():
+    offsets = [faults.clock_offset(k / 1000) for k in range(1000)]
+    assert min(offsets) >= -7200 and max(offsets) <= 7200 and all(o != 0 for o in offsets)
+    assert sum(o > 0 for o in offsets) == 500 and abs(min(offsets)) > 3600 and max(offsets) > 3600
+    assert any(abs(o) < 10 for o in offsets)
+
+
+def test_a_clock_jump_writes_the_members_offset_and_puts_it_back(tmp_path):
+    ens = DiskEnsemble(tmp_path)
+    nem = faults.Nemesis(ens, net=None, log=lambda _line: None)
+    nem.leader = lambda: None
+    path = faults.clock_file(ens.members[0])
+    f = faults.Fault(index=2, kind="clockjump", target="random", perm=[0], draw=0.75, at=1.0, duration=2.0, gap=1.0)
+    end = nem.start(f)
+    assert open(path).read().strip() == f"{faults.clock_offset(0.75):+d}"
+    end()
+    assert open(path).read().strip() == "+0"
+    assert faults.summarise(nem.events) == {"clockjump": 1}

@@ -4,7 +4,9 @@ network namespace (root only; skipped otherwise).
 
 3 schedules x 60 s of kill -9 / SIGSTOP / partitions (isolate, split, bridge, one-way) / a slow
 disk / a full disk and failing fsyncs (where loop devices work) / (on Warden) a member
-restarted with a crash point armed and a member removed by reconfig and added back, while the registers, set, locks, sessions and watches workloads run (run.py,
+restarted with a crash point armed, a member removed by reconfig and added back, and a
+member's wall clock stepped or strobed by up to 2 h (libfaketime), while the registers, set,
+locks, sessions and watches workloads run (run.py,
 workloads.py, faults.py); the test fails
 on any anomaly a check finds or any harness error, and prints every schedule's summary.
 COMPAT_NEMESIS_SEED pins the first seed (default: random, printed); a failing schedule is
@@ -51,6 +53,12 @@ def test_nemesis_round(tmp_path):
     # schedule with them (seed 9400) with a member answering synced reads from an old tree and
     # lock clients stuck, which this round cannot prove the harness with.
     faults = ["kill", "pause", "partition", "disk"] + (["failpoint", "membership"] if kind == "warden" else [])
+    # Clock steps: Warden's only (under libfaketime a JVM's timed waits break; faults.py).
+    if kind == "warden":
+        if os.path.exists(harness.FAKETIME_LIB):
+            faults.append("clock")
+        else:
+            print(f"no clock faults: {harness.FAKETIME_LIB} is missing (compat-tests/install.sh installs it)")
     # A full disk and failing fsyncs, where a loop device can give each member its own disk.
     why_not = faults_mod.loop_disks_unavailable()
     if why_not is None:
