@@ -33,7 +33,8 @@ time, each lasting a random few seconds and followed by a quiet gap:
              looked up in /zookeeper/config. Needs `use_dynamic_files` before the start
   clockjump  (Warden only) a member's wall clock (random or the leader's) steps forward or
              back by 1 s to 2 h (log-uniform, the direction drawn) and steps back to the real
-             time when the fault ends; its monotonic clock runs on, as with an NTP step or
+             time when the fault ends (after 3 s at least, so that the member has read the
+             step; a write through it shows it); its monotonic clock runs on, as with an NTP step or
              `date -s`. Every member runs with libfaketime preloaded (harness.clock_shim), which
              reads the offset from a file the nemesis writes (re-read within a second)
   clockstrobe (Warden only) a member's wall clock flips between the real time and an offset
@@ -198,7 +199,8 @@ class Nemesis:
         if f.kind == "clockjump":
             set_clock(path, offset)
             self._event(f, "start", f"step the wall clock of {who} {offset:+d}s for {f.duration:.2f}s", [i])
-            probe = threading.Thread(target=self._probe_clock, args=(f, i, offset, f.duration), daemon=True)
+            probe = threading.Thread(target=self._probe_clock, args=(f, i, offset, max(f.duration, CLOCK_PICKUP)),
+                                     daemon=True)
             probe.start()
 
             def end():
@@ -566,6 +568,9 @@ def clock_file(member) -> str:
 
 CLOCK_FILE = "faketime"
 CLOCK_PROBE = "/nemesis-clock-probe"
+# libfaketime re-reads its offset file at most once a second, and the probe's client needs a
+# moment to connect: a step lasts at least this long (s), so that a short one takes effect.
+CLOCK_PICKUP = 3.0
 
 
 set_clock = harness.set_clock
