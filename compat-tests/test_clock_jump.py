@@ -1,5 +1,6 @@
 """A server whose wall clock jumps (an NTP step, an operator's `date -s`): times in Stats move
-with it, sessions and the ensemble do not.
+with it, sessions and the ensemble do not; in an ensemble only the leader's clock stamps
+writes, so a follower's clock moves nothing.
 
 Each server runs with libfaketime preloaded (harness.clock_shim) and reads its clock offset
 from a file of its own, so one process's wall clock is moved by hours, forward and back, while
@@ -129,9 +130,17 @@ def test_ensemble_members_clocks_jump_and_it_keeps_serving(monkeypatch):
         for moves in ({lead: 2 * HOUR, follower: -2 * HOUR}, {lead: -HOUR}):
             for i, offset in moves.items():
                 harness.set_clock(ctls[i], offset)
-            # Writes are stamped by the member that proposes them (ZooKeeper: the leader;
-            # Warden: the member the client is connected to); either way they go on.
+            # Every write is stamped with the leader's clock, as ZooKeeper's leader stamps
+            # them: one taken through the follower too, whatever the follower's clock says.
             _wait_offset(clients[lead], "/clock", moves[lead])
+            follower_off = _clock_offset(clients[follower], "/clock")
+            assert abs(follower_off - moves[lead]) < 5, (
+                f"a write through the follower was stamped {follower_off:+.0f}s off, the leader is at {moves[lead]:+d}s")
+            if len(moves) == 2:
+                # A 1 h TTL node made through the follower (two hours behind) while the leader
+                # is two hours ahead: its mtime is the leader's, so it is not four hours old.
+                r = zkcli.run(ens.hostports[follower], [f"create -t {HOUR * 1000} /clock/ttl t"])
+                assert r.out(0) == ["Created /clock/ttl"], r
             deadline = time.monotonic() + 8
             while time.monotonic() < deadline:
                 for c in clients:
@@ -140,12 +149,14 @@ def test_ensemble_members_clocks_jump_and_it_keeps_serving(monkeypatch):
             for c, s, p in zip(clients, sessions, eph):
                 assert c.state == KazooState.CONNECTED and c.client_id[0] == s
                 assert c.exists(p) is not None
+            # (TTL checks run every second here: 8 s of them.)
+            assert clients[lead].exists("/clock/ttl") is not None, "a 1 h TTL node expired within seconds"
             assert ens.leader() == lead, "a clock jump moved the leadership"
         for ctl in ctls:
             harness.set_clock(ctl, 0)
         _wait_offset(clients[lead], "/clock", 0)
         names = [sorted(c.get_children("/clock")) for c in clients]
-        assert names[0] == names[1] == names[2] and len(names[0]) == 3
+        assert names[0] == names[1] == names[2] and len(names[0]) == 4  # 3 ephemerals, the TTL node
     finally:
         for c in clients:
             c.stop()

@@ -1,5 +1,6 @@
 //! What the peer port asks of this server (`crate::peer::PeerHandler`): a follower's forwarded
-//! batch of writes (queued in arrival order, answered once committed), the leader's read
+//! batch of writes (stamped with this leader's clock, queued in arrival order, answered once
+//! committed), the leader's read
 //! point for a follower's `sync`, and the sessions a follower heard from.
 
 use std::sync::Arc;
@@ -27,7 +28,12 @@ impl crate::peer::PeerHandler for Dispatcher {
         Box::pin(async move {
             let proposer = d.0.proposer.clone();
             let mut waits = Vec::with_capacity(batch.txns.len());
-            for txn in Arc::unwrap_or_clone(batch.txns) {
+            // The leader stamps every write with its own clock, as ZooKeeper's leader does in
+            // its PrepRequestProcessor: ctime and mtime then come from one clock, the one the
+            // leader's TTL checks compare them with, whatever the follower's clock says.
+            let now = crate::clock::now_ms();
+            for mut txn in Arc::unwrap_or_clone(batch.txns) {
+                txn.time_ms = now;
                 if let Some(refused) = origin.and_then(|o| d.moved_away(&txn, o)) {
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     let _ = tx.send(Ok(refused));

@@ -1,5 +1,6 @@
 //! Prep (`PrepRequestProcessor`): the one read/write classification table. A write becomes a
-//! [`Txn`] stamped with the proposer's wall-clock time and the caller's identities, after the
+//! [`Txn`] stamped with this member's wall-clock time (the leader stamps a forwarded one again
+//! with its own, see `super::peer`) and the caller's identities, after the
 //! checks ZooKeeper makes before its log (create mode flags, TTL support and range); every
 //! other check happens in apply, so every replica computes the same answer.
 

@@ -21,7 +21,8 @@ use super::TreeError;
 pub struct Txn {
     /// The session on whose behalf the change is made (0 for server-internal txns).
     pub session_id: i64,
-    /// Proposer's wall-clock time in ms since the epoch (ctime/mtime, TTL checks).
+    /// The leader's wall-clock time in ms since the epoch when it proposed the txn (ctime,
+    /// mtime, TTL checks): a follower's forwarded txn is stamped again by the leader.
     pub time_ms: i64,
     /// The caller's identities at proposal time.
     /// (Serialized as the sequence a `Vec` would be: the log format does not change.)
