@@ -459,9 +459,15 @@ def clock_shim(monkeypatch, control_file: str) -> None:
         pytest.skip(f"libfaketime is needed to move a server's clock ({FAKETIME_LIB}; compat-tests/install.sh)")
     pre = os.environ.get("LD_PRELOAD")
     monkeypatch.setenv("LD_PRELOAD", f"{pre}:{FAKETIME_LIB}" if pre else FAKETIME_LIB)
-    monkeypatch.setenv("FAKETIME_TIMESTAMP_FILE", control_file)
-    monkeypatch.setenv("FAKETIME_CACHE_DURATION", "1")
-    monkeypatch.setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+    for key, value in faketime_env(control_file).items():
+        monkeypatch.setenv(key, value)
+
+
+def faketime_env(control_file: str) -> dict[str, str]:
+    """libfaketime's settings (besides LD_PRELOAD): the offset read from `control_file` at
+    most once a second, the monotonic clocks left alone."""
+    return {"FAKETIME_TIMESTAMP_FILE": control_file, "FAKETIME_CACHE_DURATION": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
 def set_clock(path: str, offset_s: int) -> None:

@@ -122,8 +122,7 @@ class Net:
             env["SLOWSYNC_FILE"] = os.path.join(str(base_dir), "slowsync_ms")
         if self.faketime_file:
             preload.append(harness.FAKETIME_LIB)
-            env.update({"FAKETIME_TIMESTAMP_FILE": os.path.join(str(base_dir), self.faketime_file),
-                        "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+            env.update(harness.faketime_env(os.path.join(str(base_dir), self.faketime_file)))
         if preload:
             env["LD_PRELOAD"] = ":".join(preload)
         return env

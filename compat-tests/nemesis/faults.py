@@ -34,7 +34,7 @@ time, each lasting a random few seconds and followed by a quiet gap:
   clockjump  (Warden only) a member's wall clock (random or the leader's) steps forward or
              back by 1 s to 2 h (log-uniform, the direction drawn) and steps back to the real
              time when the fault ends (after 3 s at least, so that the member has read the
-             step; a write through it shows it); its monotonic clock runs on, as with an NTP step or
+             step; `cons` on it shows it); its monotonic clock runs on, as with an NTP step or
              `date -s`. Every member runs with libfaketime preloaded (harness.clock_shim), which
              reads the offset from a file the nemesis writes (re-read within a second)
   clockstrobe (Warden only) a member's wall clock flips between the real time and an offset
@@ -63,7 +63,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 import shutil
+import threading
 import time
 from typing import Callable, Optional
 
@@ -195,7 +197,6 @@ class Nemesis:
         """clockjump / clockstrobe on member i (see the module's doc)."""
         offset = clock_offset(f.draw)
         path = clock_file(self.ens.members[i])
-        import threading
         if f.kind == "clockjump":
             set_clock(path, offset)
             self._event(f, "start", f"step the wall clock of {who} {offset:+d}s for {f.duration:.2f}s", [i])
@@ -228,31 +229,25 @@ class Nemesis:
         return end
 
     def _probe_clock(self, f: Fault, i: int, offset: int, within: float) -> None:
-        """Shows that member i's clock moved: a write through it (which it stamps) whose mtime
-        is `offset` from this machine's clock, within `within` s; logged either way."""
-        from workloads import make_client  # (kazoo is loaded only when a clock fault runs)
+        """Shows that member i's clock moved, within `within` s; logged either way. The
+        member's own wall clock shows in `cons`: each connection's `lresp` is when the member
+        last answered it (the workloads' clients answer many times a second). A write's mtime
+        would not do: the leader stamps every write."""
         deadline = time.monotonic() + within
         seen = None
-        c = None
-        try:
-            c = make_client(self.ens.members[i].hostport, start_timeout=max(0.5, within))
-            c.ensure_path(CLOCK_PROBE)
-            while time.monotonic() < deadline:
-                seen = c.set(CLOCK_PROBE, b"").mtime / 1000.0 - time.time()
-                if abs(seen - offset) < 3:
-                    break
-                time.sleep(0.2)
-        except Exception:  # noqa: BLE001  (a member that cannot take the write now: unobserved)
-            pass
-        finally:
-            if c is not None:
-                try:
-                    c.stop()
-                    c.close()
-                except Exception:  # noqa: BLE001
-                    pass
-        what = ("not observed (no write through it in time)" if seen is None
-                else f"a write through it was stamped {seen:+.1f}s from the real time")
+        while time.monotonic() < deadline:
+            try:
+                out = harness.four_letter(self.ens.members[i].hostport, "cons", timeout=1.0)
+                stamps = [int(v) for v in re.findall(r"lresp=(\d+)", out) if int(v) > 0]
+                if stamps:
+                    seen = max(stamps) / 1000.0 - time.time()
+                    if abs(seen - offset) < 3:
+                        break
+            except OSError:
+                pass  # not answering now: tried again
+            time.sleep(0.2)
+        what = ("not observed (no answer from `cons` in time)" if seen is None
+                else f"its last answers (`cons` lresp) are {seen:+.1f}s from the real time")
         self._event(f, "observe", f"member {i + 1}'s clock: {what}", [i])
 
     def _exit_from_disk_fault(self, i: int, m) -> bool:
@@ -567,9 +562,8 @@ def clock_file(member) -> str:
 
 
 CLOCK_FILE = "faketime"
-CLOCK_PROBE = "/nemesis-clock-probe"
-# libfaketime re-reads its offset file at most once a second, and the probe's client needs a
-# moment to connect: a step lasts at least this long (s), so that a short one takes effect.
+# libfaketime re-reads its offset file at most once a second, and a connection must be
+# answered after that: a step lasts at least this long (s), so that a short one shows.
 CLOCK_PICKUP = 3.0
 
 

@@ -61,6 +61,7 @@ class DiskMember:
     def __init__(self, base_dir):
         self.base_dir = base_dir
         self.proc = Proc()
+        self.hostport = "127.0.0.1:1"  # nothing answers: the clock probe sees nothing
         self.log_tail = ""
         self.starts = 0
 
@@ -127,14 +128,17 @@ def test_clock_offsets_go_both_ways_from_a_second_to_two_hours():
     assert any(abs(o) < 10 for o in offsets)
 
 
-def test_a_clock_jump_writes_the_members_offset_and_puts_it_back(tmp_path):
+def test_a_clock_jump_writes_the_members_offset_and_puts_it_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(faults, "CLOCK_PICKUP", 0.3)
     ens = DiskEnsemble(tmp_path)
     nem = faults.Nemesis(ens, net=None, log=lambda _line: None)
     nem.leader = lambda: None
     path = faults.clock_file(ens.members[0])
-    f = faults.Fault(index=2, kind="clockjump", target="random", perm=[0], draw=0.75, at=1.0, duration=2.0, gap=1.0)
+    f = faults.Fault(index=2, kind="clockjump", target="random", perm=[0], draw=0.75, at=1.0, duration=0.3, gap=1.0)
     end = nem.start(f)
     assert open(path).read().strip() == f"{faults.clock_offset(0.75):+d}"
     end()
     assert open(path).read().strip() == "+0"
     assert faults.summarise(nem.events) == {"clockjump": 1}
+    assert [e["what"] for e in nem.events if e["action"] == "observe"] == [
+        "member 1's clock: not observed (no answer from `cons` in time)"]
